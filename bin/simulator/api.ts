@@ -1,0 +1,143 @@
+/**
+ * The shared pipeline of every OpenAI-style endpoint: body, auth, call recording, fault resolution,
+ * latency and error injection. An endpoint only has to parse its body and write its success response,
+ * which is what makes new endpoints (embeddings, audio, Anthropic Messages, ...) cheap to add.
+ */
+import type { CallLog } from '#sim/calls.ts';
+import {
+  INVALID_API_KEY_ERROR,
+  invalidRequestError,
+  MISSING_API_KEY_ERROR,
+  type OpenAiErrorBody,
+  OVERLOADED_ERROR,
+  SERVER_ERROR,
+} from '#sim/errors.ts';
+import {
+  type FaultPlan,
+  type FaultStore,
+  FaultSyntaxError,
+  type RequestDirectives,
+  readHeaderDirectives,
+  resolveFaultPlan,
+} from '#sim/faults.ts';
+import { BodyTooLargeError, bearerKey, type Exchange, readBody, sendJson } from '#sim/http.ts';
+import { escapeRegExp, PROVIDER_PATTERN, type Route } from '#sim/router.ts';
+
+/** Provider name of calls made without a `/p/<provider>` prefix. */
+export const DEFAULT_PROVIDER = 'default';
+
+/** A parsed, valid API request, ready to be answered once faults and delays have been applied. */
+export interface ApiCall {
+  model: string;
+  stream: boolean;
+  /** Inline directives found in the request content (see faults.ts), or null. */
+  directives: RequestDirectives | null;
+  /** The parsed request body, kept in the call log so tests can see what a gateway sent upstream. */
+  body?: unknown;
+  /** Writes the success response, honouring `plan.chunkDelayMs` and a `drop_mid` error. */
+  respond(ex: Exchange, plan: FaultPlan): void | Promise<void>;
+}
+
+/** An HTTP error to send instead of serving a request, with what is known for the call log. */
+export interface ApiRejection {
+  status: number;
+  error: OpenAiErrorBody;
+  model?: string;
+  stream?: boolean;
+}
+
+/** One OpenAI-style endpoint, served at `/v1<path>` and `/p/<provider>/v1<path>`. */
+export interface ApiEndpoint {
+  method: 'GET' | 'POST';
+  /** Path below the provider prefix, starting with `/v1/`. */
+  path: string;
+  /** Validates the raw body; may throw {@link FaultSyntaxError} for a malformed inline directive. */
+  parse(body: Buffer, ex: Exchange): ApiCall | ApiRejection;
+}
+
+/** Simulator-wide state the pipeline needs. */
+export interface ApiContext {
+  faults: FaultStore;
+  calls: CallLog;
+  /** Latency added to every API call. */
+  latencyMs: number;
+}
+
+/** Runs one API request through the shared pipeline. */
+export async function handleApiRequest(
+  ex: Exchange,
+  endpoint: ApiEndpoint,
+  provider: string,
+  context: ApiContext,
+): Promise<void> {
+  const at = Date.now();
+  const key = bearerKey(ex.req.headers.authorization);
+  const record = (model: string, stream: boolean, fault: string | null, requestBody: unknown = null): void =>
+    context.calls.record({ provider, path: endpoint.path, model, key, stream, fault, at, body: requestBody });
+
+  let body: Buffer;
+  try {
+    body = await readBody(ex.req);
+  } catch (error) {
+    record('', false, null);
+    if (error instanceof BodyTooLargeError) sendJson(ex, 413, invalidRequestError(error.message));
+    else ex.drop();
+    return;
+  }
+
+  let call: ApiCall | ApiRejection;
+  let headerDirectives: RequestDirectives | null;
+  try {
+    call = endpoint.parse(body, ex);
+    headerDirectives = readHeaderDirectives(ex.req.headers);
+  } catch (error) {
+    if (!(error instanceof FaultSyntaxError)) throw error;
+    record('', false, null);
+    sendJson(ex, 400, invalidRequestError(error.message));
+    return;
+  }
+  if ('error' in call) {
+    record(call.model ?? '', call.stream ?? false, null);
+    sendJson(ex, call.status, call.error);
+    return;
+  }
+  if (key === null) {
+    record(call.model, call.stream, null);
+    sendJson(ex, 401, MISSING_API_KEY_ERROR);
+    return;
+  }
+
+  // Header directives are applied last so a benchmark's explicit headers always win.
+  const plan = resolveFaultPlan(context.faults.take(provider, key), call.directives, headerDirectives);
+  record(call.model, call.stream, plan.error, call.body ?? null);
+
+  // Both delays elapse before the status line: "latency" models queueing, "first byte" a slow start.
+  const wait = context.latencyMs + plan.latencyMs + plan.firstByteDelayMs;
+  if (wait > 0 && !(await ex.sleep(wait))) return;
+
+  switch (plan.error) {
+    case 'overloaded':
+      return sendJson(ex, 429, OVERLOADED_ERROR);
+    case 'server_error':
+      return sendJson(ex, 500, SERVER_ERROR);
+    case 'unauthorized':
+      return sendJson(ex, 401, INVALID_API_KEY_ERROR);
+    case 'drop_before':
+      return ex.drop();
+    default:
+      // null and drop_mid: the endpoint writes the response, truncating it for drop_mid.
+      return call.respond(ex, plan);
+  }
+}
+
+/**
+ * Routes an endpoint at both `/v1/...` (provider `default`) and `/p/<provider>/v1/...`, the base URL
+ * shape the gateway gives each deployment.
+ */
+export function createApiRoute(endpoint: ApiEndpoint, context: ApiContext): Route {
+  return {
+    method: endpoint.method,
+    pattern: new RegExp(`^(?:/p/(${PROVIDER_PATTERN}))?${escapeRegExp(endpoint.path)}$`),
+    handle: (ex, [provider = DEFAULT_PROVIDER]) => handleApiRequest(ex, endpoint, provider, context),
+  };
+}
