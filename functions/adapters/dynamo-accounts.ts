@@ -1,0 +1,208 @@
+import { randomBytes } from 'node:crypto';
+import {
+  type AttributeValue,
+  ConditionalCheckFailedException,
+  type DynamoDBClient,
+  GetItemCommand,
+  PutItemCommand,
+  QueryCommand,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
+import { isWellFormedKey, KEY_PREFIX, publicPrefix, SECRET_LENGTH } from '#core/api-keys.ts';
+import { hashKey, keyItemKey } from './dynamo-key-store.ts';
+
+export type Tier = 'unverified' | 'trusted';
+
+export interface Account {
+  readonly id: string;
+  readonly name: string;
+  readonly tier: Tier;
+  readonly createdAt: string;
+}
+
+export interface ApiKeyInfo {
+  readonly prefix: string;
+  readonly name: string;
+  readonly createdAt: string;
+  readonly revokedAt: string | null;
+}
+
+const BASE62 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/** A new `svc_live_` key: 40 base62 characters from a CSPRNG (rejection sampling keeps them uniform). */
+export const generateApiKey = (): string => {
+  let secret = '';
+  while (secret.length < SECRET_LENGTH) {
+    for (const byte of randomBytes(64)) {
+      // 248 = 4 × 62: bytes above it would bias the first characters.
+      if (byte < 248 && secret.length < SECRET_LENGTH) secret += BASE62[byte % 62];
+    }
+  }
+  return `${KEY_PREFIX}${secret}`;
+};
+
+export const newAccountId = (): string => `acct_${randomBytes(9).toString('base64url')}`;
+
+const accountKey = (id: string) => ({ pk: { S: `acct#${id}` }, sk: { S: 'profile' } });
+
+/**
+ * Accounts and their API keys in the accounts table. Used by the admin CLI and the local host's seeding;
+ * the request path only reads keys (dynamo-key-store.ts).
+ * Account items: `pk = acct#<id>`, `sk = profile`.
+ */
+export class DynamoAccounts {
+  readonly #client: DynamoDBClient;
+  readonly #table: string;
+
+  constructor(client: DynamoDBClient, table: string) {
+    this.#client = client;
+    this.#table = table;
+  }
+
+  /** Creates an account in the default tier; refuses an id that exists. */
+  async createAccount(input: { id?: string; name?: string } = {}): Promise<Account> {
+    const account: Account = {
+      id: input.id ?? newAccountId(),
+      name: input.name ?? '',
+      tier: 'unverified',
+      createdAt: new Date().toISOString(),
+    };
+    await this.#client.send(
+      new PutItemCommand({
+        TableName: this.#table,
+        Item: {
+          ...accountKey(account.id),
+          name: { S: account.name },
+          tier: { S: account.tier },
+          createdAt: { S: account.createdAt },
+        },
+        ConditionExpression: 'attribute_not_exists(pk)',
+      }),
+    );
+    return account;
+  }
+
+  /** Like createAccount, but an existing account is kept as it is (local seeding). */
+  async ensureAccount(id: string, name: string): Promise<Account> {
+    try {
+      return await this.createAccount({ id, name });
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw error;
+      const existing = await this.getAccount(id);
+      if (!existing) throw error;
+      return existing;
+    }
+  }
+
+  async getAccount(id: string): Promise<Account | null> {
+    const { Item } = await this.#client.send(
+      new GetItemCommand({ TableName: this.#table, Key: accountKey(id), ConsistentRead: true }),
+    );
+    if (!Item) return null;
+    return {
+      id,
+      name: Item.name?.S ?? '',
+      tier: (Item.tier?.S as Tier | undefined) ?? 'unverified',
+      createdAt: Item.createdAt?.S ?? '',
+    };
+  }
+
+  /**
+   * Stores a key for an account — a new random one unless `key` is given — and returns it. This is the
+   * only moment the plaintext exists outside the client: only its hash and public prefix are written.
+   */
+  async createKey(
+    accountId: string,
+    options: { name?: string; key?: string } = {},
+  ): Promise<{ key: string; info: ApiKeyInfo }> {
+    if (!(await this.getAccount(accountId))) throw new Error(`No account ${accountId}`);
+    const key = options.key ?? generateApiKey();
+    if (!isWellFormedKey(key)) throw new Error('API keys are svc_live_ followed by 16–128 letters or digits');
+    const info: ApiKeyInfo = {
+      prefix: publicPrefix(key),
+      name: options.name ?? '',
+      createdAt: new Date().toISOString(),
+      revokedAt: null,
+    };
+    try {
+      await this.#client.send(
+        new PutItemCommand({
+          TableName: this.#table,
+          Item: {
+            ...keyItemKey(hashKey(key)),
+            accountId: { S: accountId },
+            prefix: { S: info.prefix },
+            name: { S: info.name },
+            createdAt: { S: info.createdAt },
+            gsi1pk: { S: `acct#${accountId}` },
+            gsi1sk: { S: `key#${info.prefix}#${info.createdAt}` },
+          },
+          // A key (hash) belongs to one account forever; re-adding it to the same account is harmless.
+          ConditionExpression: 'attribute_not_exists(pk) OR accountId = :account',
+          ExpressionAttributeValues: { ':account': { S: accountId } },
+        }),
+      );
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException)
+        throw new Error('That key belongs to another account');
+      throw error;
+    }
+    return { key, info };
+  }
+
+  async listKeys(accountId: string): Promise<ApiKeyInfo[]> {
+    const keys: ApiKeyInfo[] = [];
+    let start: Record<string, AttributeValue> | undefined;
+    do {
+      const page = await this.#client.send(
+        new QueryCommand({
+          TableName: this.#table,
+          IndexName: 'gsi1',
+          KeyConditionExpression: 'gsi1pk = :pk AND begins_with(gsi1sk, :key)',
+          ExpressionAttributeValues: { ':pk': { S: `acct#${accountId}` }, ':key': { S: 'key#' } },
+          ExclusiveStartKey: start,
+        }),
+      );
+      for (const item of page.Items ?? []) {
+        keys.push({
+          prefix: item.prefix?.S ?? '',
+          name: item.name?.S ?? '',
+          createdAt: item.createdAt?.S ?? '',
+          revokedAt: item.revokedAt?.S ?? null,
+        });
+      }
+      start = page.LastEvaluatedKey;
+    } while (start);
+    return keys;
+  }
+
+  /**
+   * Revokes the account's keys with this public prefix. Returns how many were revoked (0 when none
+   * matched or they were already revoked). Takes effect within the gateway's key cache TTL.
+   */
+  async revokeKey(accountId: string, prefix: string): Promise<number> {
+    const page = await this.#client.send(
+      new QueryCommand({
+        TableName: this.#table,
+        IndexName: 'gsi1',
+        KeyConditionExpression: 'gsi1pk = :pk AND begins_with(gsi1sk, :key)',
+        ExpressionAttributeValues: { ':pk': { S: `acct#${accountId}` }, ':key': { S: `key#${prefix}#` } },
+      }),
+    );
+    let revoked = 0;
+    for (const item of page.Items ?? []) {
+      if (item.revokedAt || !item.pk || !item.sk) continue;
+      await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: { pk: item.pk, sk: item.sk },
+          UpdateExpression: 'SET revokedAt = :now',
+          ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(revokedAt)',
+          ExpressionAttributeValues: { ':now': { S: new Date().toISOString() } },
+        }),
+      );
+      revoked++;
+    }
+    return revoked;
+  }
+}

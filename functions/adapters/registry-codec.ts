@@ -1,0 +1,72 @@
+import { z } from 'zod';
+import type { Deployment, Model } from '#core/registry.ts';
+
+/**
+ * The registry's document shapes, shared by the DynamoDB adapter (items) and the registry file
+ * (`REGISTRY_FILE`, `registry/catalog.json`). Anything read from storage or a file passes through here,
+ * so a bad entry is refused with the name of the field at fault instead of breaking routing later.
+ */
+
+const usdRate = z.number().finite().nonnegative();
+
+export const ratesSchema = z.strictObject({
+  input: usdRate,
+  output: usdRate.optional(),
+  cachedInput: usdRate.optional(),
+});
+
+export const modelSchema = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/, 'model ids are 1–128 of A-Z a-z 0-9 . _ : -'),
+  family: z.string().min(1),
+  kind: z.enum(['chat', 'embedding', 'transcription', 'speech']),
+  contextWindow: z.number().int().positive().optional(),
+  defaultMaxTokens: z.number().int().positive().optional(),
+  rates: ratesSchema,
+  flags: z
+    .strictObject({
+      free: z.boolean().optional(),
+      reasoning: z.boolean().optional(),
+      multimodal: z.boolean().optional(),
+      promptCaching: z.boolean().optional(),
+      autoLanguage: z.boolean().optional(),
+    })
+    .default({}),
+  status: z.enum(['active', 'retired']).default('active'),
+  created: z.number().int().nonnegative().default(1_767_225_600),
+}) satisfies z.ZodType<Model, unknown>;
+
+export const deploymentSchema = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/),
+  model: z.string().min(1),
+  provider: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/),
+  adapter: z.enum(['openai-compatible', 'anthropic']),
+  baseUrl: z.url({ protocol: /^https?$/ }),
+  upstreamModel: z.string().min(1),
+  keyRefs: z
+    .array(z.string().regex(/^(env|secretsmanager):.+$/, 'secret references look like env:NAME'))
+    .default([]),
+  priority: z.number().int().default(1),
+  weight: z.number().nonnegative().default(1),
+  cost: ratesSchema.optional(),
+  reasoningParams: z.record(z.string(), z.unknown()).optional(),
+  timeouts: z
+    .strictObject({
+      firstByteMs: z.number().int().positive().optional(),
+      idleMs: z.number().int().positive().optional(),
+    })
+    .optional(),
+  status: z.enum(['active', 'retired']).default('active'),
+}) satisfies z.ZodType<Deployment, unknown>;
+
+/** Human-readable path of the first problem, e.g. `models[3].rates.input: expected number`. */
+export const describeIssues = (error: z.ZodError, root = ''): string =>
+  error.issues
+    .map((issue) => {
+      const path = issue.path.reduce<string>(
+        (acc, part) =>
+          typeof part === 'number' ? `${acc}[${part}]` : acc ? `${acc}.${String(part)}` : String(part),
+        root,
+      );
+      return `${path || '(root)'}: ${issue.message}`;
+    })
+    .join('; ');

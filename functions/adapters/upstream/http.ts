@@ -1,0 +1,134 @@
+import { Agent, type Dispatcher } from 'undici';
+import { type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
+
+export interface PostOptions {
+  readonly url: URL;
+  readonly headers: Record<string, string>;
+  readonly body: string | Uint8Array;
+  /** Longest wait for the response headers. */
+  readonly headersTimeoutMs: number;
+  /** Longest silence between body chunks. */
+  readonly bodyTimeoutMs: number;
+  readonly signal?: AbortSignal;
+}
+
+export type UpstreamResponse = Dispatcher.ResponseData;
+
+/**
+ * One keep-alive connection pool per upstream origin (undici's Agent keeps a pool per origin), built once
+ * per cold start. Transport errors come back as `UpstreamFailure`s that routing understands.
+ */
+export class UpstreamHttp {
+  readonly #agent: Agent;
+
+  constructor(connectionsPerOrigin: number) {
+    this.#agent = new Agent({
+      connections: connectionsPerOrigin,
+      keepAliveTimeout: 30_000,
+      keepAliveMaxTimeout: 120_000,
+      connect: { timeout: 5_000 },
+    });
+  }
+
+  async post(options: PostOptions): Promise<UpstreamResponse> {
+    try {
+      return await this.#agent.request({
+        origin: options.url.origin,
+        path: `${options.url.pathname}${options.url.search}`,
+        method: 'POST',
+        headers: options.headers,
+        body: options.body,
+        headersTimeout: options.headersTimeoutMs,
+        bodyTimeout: options.bodyTimeoutMs,
+        signal: options.signal,
+      });
+    } catch (error) {
+      throw transportFailure(error);
+    }
+  }
+
+  close(): Promise<void> {
+    return this.#agent.close();
+  }
+}
+
+const TRANSPORT_KINDS: Readonly<Record<string, FailureKind>> = {
+  UND_ERR_HEADERS_TIMEOUT: 'timeout',
+  UND_ERR_BODY_TIMEOUT: 'timeout',
+  UND_ERR_CONNECT_TIMEOUT: 'connect',
+  ECONNREFUSED: 'connect',
+  ENOTFOUND: 'connect',
+  EAI_AGAIN: 'connect',
+  EHOSTUNREACH: 'connect',
+  UND_ERR_SOCKET: 'dropped',
+  ECONNRESET: 'dropped',
+  EPIPE: 'dropped',
+  UND_ERR_CLOSED: 'dropped',
+};
+
+/** Maps an undici or socket error to a routing failure. Aborts (ours) pass through unchanged. */
+export const transportFailure = (error: unknown): unknown => {
+  if (error instanceof UpstreamFailure) return error;
+  const code = errorCode(error);
+  if (code === 'UND_ERR_ABORTED' || (error instanceof Error && error.name === 'AbortError')) return error;
+  const kind: FailureKind = (code === undefined ? undefined : TRANSPORT_KINDS[code]) ?? 'dropped';
+  return new UpstreamFailure(kind, `upstream ${kind}${code ? ` (${code})` : ''}`, { cause: error });
+};
+
+const errorCode = (error: unknown): string | undefined => {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+  }
+  return undefined;
+};
+
+/** Largest error body read from an upstream; enough for any real error object. */
+const MAX_ERROR_BODY = 64 * 1024;
+
+/**
+ * Classifies a non-2xx upstream response, reading (a bounded amount of) its OpenAI-style error body.
+ * 4xx other than auth, 404 and 429 mean the request itself was refused: no other deployment will differ.
+ */
+export const statusFailure = async (response: UpstreamResponse): Promise<UpstreamFailure> => {
+  const status = response.statusCode;
+  const upstreamError = await readErrorBody(response);
+  let kind: FailureKind;
+  if (status === 429) kind = upstreamError?.code === 'engine_overloaded' ? 'overloaded' : 'rate_limited';
+  else if (status === 401 || status === 403) kind = 'auth';
+  else if (status >= 500 || status === 404 || status === 408 || status === 409) kind = 'server_error';
+  else if (status >= 400) kind = 'rejected';
+  else kind = 'protocol';
+  return new UpstreamFailure(
+    kind,
+    `upstream status ${status}${upstreamError?.code ? ` (${upstreamError.code})` : ''}`,
+    {
+      status,
+      upstreamError,
+    },
+  );
+};
+
+const readErrorBody = async (response: UpstreamResponse): Promise<UpstreamErrorBody | null> => {
+  let text = '';
+  try {
+    for await (const chunk of response.body) {
+      text += Buffer.from(chunk).toString('utf8');
+      if (text.length > MAX_ERROR_BODY) {
+        response.body.destroy();
+        break;
+      }
+    }
+    const error = (JSON.parse(text) as { error?: Record<string, unknown> }).error;
+    if (!error || typeof error.message !== 'string') return null;
+    const str = (v: unknown) => (typeof v === 'string' ? v : null);
+    return {
+      message: error.message.slice(0, 2000),
+      type: str(error.type),
+      code: str(error.code),
+      param: str(error.param),
+    };
+  } catch {
+    return null;
+  }
+};

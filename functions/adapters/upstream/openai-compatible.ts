@@ -1,0 +1,235 @@
+import { UpstreamFailure } from '#core/fallback.ts';
+import type { Deployment } from '#core/registry.ts';
+import type {
+  ChatCompletionResult,
+  ChatProvider,
+  ChatStream,
+  ChatStreamEvent,
+  UpstreamCall,
+} from '#core/upstream.ts';
+import { parseOpenAiUsage } from '#core/usage.ts';
+import type { UpstreamConfig } from '#functions/config.ts';
+import { statusFailure, transportFailure, type UpstreamHttp } from './http.ts';
+import type { KeyRing } from './key-ring.ts';
+import { sseData } from './sse.ts';
+
+/**
+ * Adapter for OpenAI-compatible chat completions (OpenAI, Groq, Together, Fireworks, DeepInfra, Mistral,
+ * vLLM, Ollama, …): the wire format is already ours, so requests pass through and stream events are
+ * relayed as text. Per event we only relabel the model and look for the usage chunk; JSON is parsed
+ * only for the chunk that carries usage.
+ */
+export class OpenAiCompatibleChat implements ChatProvider {
+  readonly #http: UpstreamHttp;
+  readonly #keys: KeyRing;
+  readonly #config: UpstreamConfig;
+  readonly #urls = new Map<string, URL>();
+
+  constructor(http: UpstreamHttp, keys: KeyRing, config: UpstreamConfig) {
+    this.#http = http;
+    this.#keys = keys;
+    this.#config = config;
+  }
+
+  async complete(call: UpstreamCall): Promise<ChatCompletionResult> {
+    const { deployment } = call;
+    const response = await this.#post(
+      call,
+      deployment.timeouts?.firstByteMs ?? this.#config.completionTimeoutMs,
+    );
+    if (response.statusCode !== 200) throw await statusFailure(response);
+    let body: Record<string, unknown>;
+    try {
+      body = (await response.body.json()) as Record<string, unknown>;
+    } catch (error) {
+      const failure = transportFailure(error);
+      // A body cut off mid-way is a drop; one that arrived whole but is not JSON is a protocol fault.
+      throw failure instanceof UpstreamFailure && failure.kind !== 'dropped'
+        ? failure
+        : new UpstreamFailure(
+            error instanceof SyntaxError ? 'protocol' : 'dropped',
+            'unreadable upstream body',
+            {
+              cause: error,
+            },
+          );
+    }
+    if (body === null || typeof body !== 'object' || !Array.isArray(body.choices)) {
+      throw new UpstreamFailure('protocol', 'upstream body is not a chat completion');
+    }
+    body.model = call.publicModel;
+    return { body, usage: parseOpenAiUsage(body.usage) };
+  }
+
+  async stream(call: UpstreamCall): Promise<ChatStream> {
+    const { deployment } = call;
+    const firstByteMs = deployment.timeouts?.firstByteMs ?? this.#config.streamFirstByteTimeoutMs;
+    const abort = new AbortController();
+    const onCallerAbort = () => abort.abort();
+    call.signal?.addEventListener('abort', onCallerAbort, { once: true });
+    // One deadline covers both the headers and the first event: together they are "the first byte".
+    const deadline = setTimeout(() => abort.abort(new FirstByteTimeout()), firstByteMs);
+    try {
+      const response = await this.#post({ ...call, signal: abort.signal }, firstByteMs);
+      if (response.statusCode !== 200) throw await statusFailure(response);
+      const events = sseData(response.body);
+      const first = await events.next();
+      if (first.done || first.value === '[DONE]') {
+        throw new UpstreamFailure('dropped', 'upstream stream ended before its first event');
+      }
+      if (isErrorEvent(first.value))
+        throw new UpstreamFailure('server_error', 'upstream stream began with an error');
+      return new RelayedStream(first.value, events, abort, call, () =>
+        call.signal?.removeEventListener('abort', onCallerAbort),
+      );
+    } catch (error) {
+      call.signal?.removeEventListener('abort', onCallerAbort);
+      if (abort.signal.reason instanceof FirstByteTimeout) {
+        throw new UpstreamFailure('timeout', `no first event within ${firstByteMs} ms`, { cause: error });
+      }
+      abort.abort();
+      throw transportFailure(error);
+    } finally {
+      clearTimeout(deadline);
+    }
+  }
+
+  async #post(call: UpstreamCall, headersTimeoutMs: number) {
+    const key = await this.#keys.key(call.deployment, call.keyIndex);
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      accept: 'application/json',
+    };
+    if (key !== null) headers.authorization = `Bearer ${key}`;
+    if (call.body.stream === true) headers.accept = 'text/event-stream';
+    return this.#http.post({
+      url: this.#url(call.deployment),
+      headers,
+      body: JSON.stringify(call.body),
+      headersTimeoutMs,
+      bodyTimeoutMs: call.deployment.timeouts?.idleMs ?? this.#config.idleTimeoutMs,
+      ...(call.signal ? { signal: call.signal } : {}),
+    });
+  }
+
+  #url(deployment: Deployment): URL {
+    const cacheKey = `${deployment.id} ${deployment.baseUrl}`;
+    let url = this.#urls.get(cacheKey);
+    if (!url) {
+      url = new URL(`${deployment.baseUrl.replace(/\/+$/, '')}/chat/completions`);
+      this.#urls.set(cacheKey, url);
+    }
+    return url;
+  }
+}
+
+class FirstByteTimeout extends Error {
+  override readonly name = 'FirstByteTimeout';
+}
+
+const isErrorEvent = (data: string): boolean => data.startsWith('{"error"');
+
+/** Iterates the upstream events after the first, relabelled; ends at `[DONE]`, throws on anything else. */
+class RelayedStream implements ChatStream {
+  readonly #first: string;
+  readonly #rest: AsyncGenerator<string, void, undefined>;
+  readonly #abort: AbortController;
+  readonly #onEnd: () => void;
+  readonly #modelNeedle: string;
+  readonly #modelLabel: string;
+  readonly #stripNullUsage: boolean;
+  #finished = false;
+
+  constructor(
+    first: string,
+    rest: AsyncGenerator<string, void, undefined>,
+    abort: AbortController,
+    call: UpstreamCall,
+    onEnd: () => void,
+  ) {
+    this.#first = first;
+    this.#rest = rest;
+    this.#abort = abort;
+    this.#onEnd = onEnd;
+    this.#modelNeedle = `"model":${JSON.stringify(call.deployment.upstreamModel)}`;
+    this.#modelLabel = `"model":${JSON.stringify(call.publicModel)}`;
+    // We forced include_usage upstream; a client that did not ask should not see `"usage":null` either.
+    this.#stripNullUsage = !call.clientWantsUsage;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent, void, undefined> {
+    try {
+      yield this.#event(this.#first);
+      for (;;) {
+        let next: IteratorResult<string, void>;
+        try {
+          next = await this.#rest.next();
+        } catch (error) {
+          throw transportFailure(error);
+        }
+        if (next.done) throw new UpstreamFailure('dropped', 'upstream stream ended without [DONE]');
+        if (next.value === '[DONE]') {
+          this.#finished = true;
+          this.#drain();
+          return;
+        }
+        if (isErrorEvent(next.value))
+          throw new UpstreamFailure('server_error', 'upstream sent an error mid-stream');
+        yield this.#event(next.value);
+      }
+    } finally {
+      this.close();
+    }
+  }
+
+  /** Abandons the upstream response (client gone, or a failure): the connection is destroyed. */
+  close(): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    this.#onEnd();
+    this.#abort.abort();
+    this.#rest.return(undefined).catch(() => {});
+  }
+
+  /**
+   * After `[DONE]` the response normally ends at once; reading it to its end off the client's path lets
+   * undici put the connection back in the pool instead of closing it.
+   */
+  #drain(): void {
+    const rest = this.#rest;
+    const onEnd = this.#onEnd;
+    (async () => {
+      try {
+        while (!(await rest.next()).done) {
+          // Anything after [DONE] is ignored.
+        }
+      } catch {
+        // The response is already complete for the client; a late socket error changes nothing.
+      } finally {
+        onEnd();
+      }
+    })();
+  }
+
+  #event(raw: string): ChatStreamEvent {
+    let data = raw.replace(this.#modelNeedle, this.#modelLabel);
+    const usageAt = data.lastIndexOf('"usage":');
+    if (usageAt !== -1 && data.charCodeAt(skipSpaces(data, usageAt + 8)) === 123 /* { */) {
+      const chunk = JSON.parse(data) as { choices?: unknown[]; usage?: unknown };
+      return {
+        data,
+        usage: parseOpenAiUsage(chunk.usage),
+        usageOnly: !Array.isArray(chunk.choices) || chunk.choices.length === 0,
+        contentChunks: 0,
+      };
+    }
+    if (this.#stripNullUsage && usageAt !== -1) data = data.replace(',"usage":null', '');
+    return { data, usage: null, usageOnly: false, contentChunks: data.includes('"content":"') ? 1 : 0 };
+  }
+}
+
+const skipSpaces = (text: string, from: number): number => {
+  let i = from;
+  while (text.charCodeAt(i) === 32) i++;
+  return i;
+};

@@ -1,0 +1,75 @@
+import type { CallRecorder } from '#core/call-recorder.ts';
+import { type PreparedChat, prepareChat, upstreamChatBody } from '#core/chat.ts';
+import type { Deployment } from '#core/registry.ts';
+import type { ChatCompletionResult, UpstreamCall } from '#core/upstream.ts';
+import type { Usage } from '#core/usage.ts';
+import { chatEventStream } from '#http/chat-stream.ts';
+import { JSON_HEADERS } from '#http/handler.ts';
+import { inferenceHandler } from '#http/inference-handler.ts';
+import { header, jsonBody } from '#http/lambda.ts';
+import { parseChatRequest } from '#http/schemas/chat-completions.ts';
+import { SSE_HEADERS } from '#http/sse.ts';
+import { type Container, containerFromEnv } from './container.ts';
+
+/** `POST /v1/chat/completions` — streamed (SSE) or not. */
+export const createHandler = (container: () => Container) =>
+  inferenceHandler('chat.completions', container, async (event, call, c) => {
+    const request = parseChatRequest(jsonBody(event, c.config.maxJsonBodyBytes));
+    await c.gateway.authenticate(header(event, 'authorization'), call);
+    const resolved = await c.gateway.resolve(request.model, 'chat', call);
+    const prepared = prepareChat(request, resolved.model, c.tokens);
+    call.stream = prepared.stream;
+    const upstream = (deployment: Deployment, keyIndex: number): UpstreamCall => ({
+      deployment,
+      keyIndex,
+      body: upstreamChatBody(prepared, deployment),
+      publicModel: request.model,
+      clientWantsUsage: prepared.clientWantsUsage,
+    });
+
+    if (!prepared.stream) {
+      const result = await c.gateway.route(resolved, call, true, (d, k) =>
+        c.chat(d.adapter).complete(upstream(d, k)),
+      );
+      call.succeeded(result.usage ?? estimatedUsage(prepared, result, c));
+      return {
+        statusCode: 200,
+        headers: { ...JSON_HEADERS, ...servedBy(call) },
+        body: JSON.stringify(result.body),
+      };
+    }
+    // Resolves once the first upstream event is in hand: every failure before that may still fall back.
+    const stream = await c.gateway.route(resolved, call, false, (d, k) =>
+      c.chat(d.adapter).stream(upstream(d, k)),
+    );
+    return {
+      statusCode: 200,
+      headers: { ...SSE_HEADERS, ...servedBy(call) },
+      body: chatEventStream(stream, prepared, call),
+    };
+  });
+
+export const handler = createHandler(containerFromEnv);
+
+/** Which deployment served the call, after how many attempts (ARCHITECTURE.md §8). */
+const servedBy = (call: CallRecorder): Record<string, string> => ({
+  'x-svc-provider': call.deployment?.provider ?? '',
+  'x-svc-served-model': call.deployment?.upstreamModel ?? '',
+  'x-svc-attempts': String(call.attempts.length),
+});
+
+/** Usage counted by us when an upstream response carries none: prompt estimate plus the reply's tokens. */
+const estimatedUsage = (prepared: PreparedChat, result: ChatCompletionResult, c: Container): Usage => {
+  let completion = 0;
+  for (const choice of (result.body.choices as { message?: { content?: unknown } }[]) ?? []) {
+    const content = choice.message?.content;
+    if (typeof content === 'string') completion += c.tokens.count(content);
+  }
+  return {
+    promptTokens: prepared.promptTokens,
+    completionTokens: completion,
+    cachedPromptTokens: 0,
+    reasoningTokens: 0,
+    source: 'estimated',
+  };
+};

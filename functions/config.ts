@@ -1,0 +1,91 @@
+import { queues, type TableId, tables } from '#lib/resources.ts';
+
+/**
+ * Function configuration, read once per cold start from the environment and typed. A missing or
+ * malformed variable fails the cold start with the variable's name, instead of failing requests later.
+ * AWS region, credentials and endpoints are not here: the SDK reads the standard `AWS_*` variables itself
+ * (the local host passes emulator endpoints explicitly, see container.ts).
+ */
+export interface Config {
+  readonly tables: Readonly<Record<TableId, string>>;
+  readonly settlementQueueUrl: string;
+  /** Trust a key lookup (hit or miss) this long; bounds how late a revocation takes effect. */
+  readonly keyCacheTtlMs: number;
+  /** Age after which the registry snapshot is refreshed in the background. */
+  readonly registryRefreshMs: number;
+  /** Documented request body limit for JSON endpoints; larger bodies get 413. */
+  readonly maxJsonBodyBytes: number;
+  readonly upstream: UpstreamConfig;
+  /** How long a settlement record may wait to share an SQS batch (see SqsSettlementSink). */
+  readonly settlementLingerMs: number;
+  readonly logLevel: LogLevel;
+}
+
+export interface UpstreamConfig {
+  /** Non-stream calls: time allowed for the whole upstream response to start (headers). */
+  readonly completionTimeoutMs: number;
+  /** Streams: time allowed until the first event, the point where we commit to a deployment. */
+  readonly streamFirstByteTimeoutMs: number;
+  /** Streams: longest silence between events once streaming. */
+  readonly idleTimeoutMs: number;
+  readonly maxAttempts: number;
+  /** Keep-alive connections per upstream origin. */
+  readonly connectionsPerOrigin: number;
+}
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+const required = (env: Env, name: string): string => {
+  const value = env[name];
+  if (value === undefined || value.trim() === '')
+    throw new Error(`Missing required environment variable ${name}`);
+  return value;
+};
+
+const integer = (env: Env, name: string, fallback: number, min = 0): number => {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) {
+    throw new Error(`Environment variable ${name} must be an integer >= ${min}, got "${raw}"`);
+  }
+  return value;
+};
+
+const LOG_LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
+
+const logLevel = (env: Env): LogLevel => {
+  const raw = env.LOG_LEVEL ?? 'info';
+  if (!(LOG_LEVELS as readonly string[]).includes(raw)) {
+    throw new Error(`Environment variable LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${raw}"`);
+  }
+  return raw as LogLevel;
+};
+
+/** Body limit for JSON endpoints: 4 MiB, under the 6 MB Lambda request payload limit. */
+export const DEFAULT_MAX_JSON_BODY_BYTES = 4 * 1024 * 1024;
+
+export const loadConfig = (env: Env): Config => ({
+  tables: {
+    accounts: required(env, tables.accounts.envVar),
+    buckets: required(env, tables.buckets.envVar),
+    wallet: required(env, tables.wallet.envVar),
+    registry: required(env, tables.registry.envVar),
+    usage: required(env, tables.usage.envVar),
+  },
+  settlementQueueUrl: required(env, queues.settlement.envVar),
+  keyCacheTtlMs: integer(env, 'KEY_CACHE_TTL_MS', 5_000),
+  registryRefreshMs: integer(env, 'REGISTRY_REFRESH_MS', 15_000),
+  maxJsonBodyBytes: integer(env, 'MAX_JSON_BODY_BYTES', DEFAULT_MAX_JSON_BODY_BYTES, 1024),
+  upstream: {
+    completionTimeoutMs: integer(env, 'UPSTREAM_COMPLETION_TIMEOUT_MS', 180_000, 1),
+    streamFirstByteTimeoutMs: integer(env, 'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS', 30_000, 1),
+    idleTimeoutMs: integer(env, 'UPSTREAM_IDLE_TIMEOUT_MS', 60_000, 1),
+    maxAttempts: integer(env, 'UPSTREAM_MAX_ATTEMPTS', 6, 1),
+    connectionsPerOrigin: integer(env, 'UPSTREAM_CONNECTIONS_PER_ORIGIN', 256, 1),
+  },
+  settlementLingerMs: integer(env, 'SETTLEMENT_LINGER_MS', 0),
+  logLevel: logLevel(env),
+});

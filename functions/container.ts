@@ -1,0 +1,105 @@
+import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
+import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
+import { DynamoKeyStore, hashKey } from '#adapters/dynamo-key-store.ts';
+import { DynamoRegistry, RegistryCache } from '#adapters/dynamo-registry.ts';
+import { createLogger, type Logger } from '#adapters/logger.ts';
+import { EnvSecretResolver, type SecretResolver } from '#adapters/secrets.ts';
+import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
+import { o200kTokenCounter } from '#adapters/tokenizer.ts';
+import { UpstreamHttp } from '#adapters/upstream/http.ts';
+import { KeyRing } from '#adapters/upstream/key-ring.ts';
+import { OpenAiCompatibleChat } from '#adapters/upstream/openai-compatible.ts';
+import { Authenticator } from '#core/authenticator.ts';
+import { Gateway } from '#core/gateway.ts';
+import type { Clock, Random, SettlementSink, TokenCounter } from '#core/ports.ts';
+import type { AdapterName } from '#core/registry.ts';
+import type { ChatProvider } from '#core/upstream.ts';
+import { type Config, loadConfig } from './config.ts';
+
+/** Everything a handler needs, built once per cold start (composition root). */
+export interface Container {
+  readonly config: Config;
+  readonly log: Logger;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly tokens: TokenCounter;
+  readonly gateway: Gateway;
+  readonly registry: RegistryCache;
+  readonly settlements: SettlementSink;
+  /** The chat adapter for a deployment's provider protocol. */
+  chat(adapter: AdapterName): ChatProvider;
+  /** Releases pooled connections (tests and the local host; Lambda never calls it). */
+  close(): Promise<void>;
+}
+
+export interface ContainerOptions {
+  /** Where `env:` secret references are looked up (default: process.env). */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  readonly secrets?: SecretResolver;
+  readonly clock?: Clock;
+  /** Explicit AWS client settings (the local host's emulator endpoints); Lambda uses the defaults. */
+  readonly aws?: { readonly dynamodb?: DynamoDBClientConfig; readonly sqs?: SQSClientConfig };
+  /** Where settlement records go instead of an inline SQS sink (the local host's sender thread). */
+  readonly settlements?: SettlementSink;
+}
+
+export const createContainer = (config: Config, options: ContainerOptions = {}): Container => {
+  const env = options.env ?? process.env;
+  const log = createLogger(config.logLevel);
+  const clock: Clock = options.clock ?? { now: Date.now };
+  const random: Random = Math.random;
+  // On Lambda, region and credentials come from the standard AWS_* environment.
+  const dynamo = new DynamoDBClient({ maxAttempts: 3, ...options.aws?.dynamodb });
+  // TLS (or loopback) already protects the body; the SDK's extra MD5 check is pure CPU on the hot path.
+  const sqs = new SQSClient({ maxAttempts: 5, md5: false, ...options.aws?.sqs });
+  const registry = new RegistryCache(
+    new DynamoRegistry(dynamo, config.tables.registry),
+    clock,
+    config.registryRefreshMs,
+    log,
+  );
+  const authenticator = new Authenticator({
+    keys: new DynamoKeyStore(dynamo, config.tables.accounts),
+    clock,
+    hash: hashKey,
+    ttlMs: config.keyCacheTtlMs,
+  });
+  const http = new UpstreamHttp(config.upstream.connectionsPerOrigin);
+  const keys = new KeyRing(options.secrets ?? new EnvSecretResolver(env));
+  const openAiCompatible = new OpenAiCompatibleChat(http, keys, config.upstream);
+  return {
+    config,
+    log,
+    clock,
+    random,
+    tokens: o200kTokenCounter,
+    registry,
+    gateway: new Gateway({
+      authenticator,
+      catalog: () => registry.catalog(),
+      clock,
+      random,
+      maxAttempts: config.upstream.maxAttempts,
+    }),
+    settlements:
+      options.settlements ??
+      new SqsSettlementSink(sqs, config.settlementQueueUrl, { lingerMs: config.settlementLingerMs }),
+    chat: (adapter) => {
+      if (adapter === 'openai-compatible') return openAiCompatible;
+      throw new Error(`No chat adapter for "${adapter}"`);
+    },
+    close: async () => {
+      await http.close();
+      dynamo.destroy();
+      sqs.destroy();
+    },
+  };
+};
+
+let fromEnv: Container | undefined;
+
+/** The container of a Lambda instance, configured from its environment on first use. */
+export const containerFromEnv = (): Container => {
+  fromEnv ??= createContainer(loadConfig(process.env));
+  return fromEnv;
+};

@@ -1,0 +1,24 @@
+/**
+ * API key format: `svc_live_` followed by a base62 secret. Only the SHA-256 of the whole key is
+ * stored; the first characters form a public prefix so people can tell keys apart in listings.
+ */
+
+export const KEY_PREFIX = 'svc_live_';
+/** Length of generated secrets: 40 base62 characters ≈ 238 bits. */
+export const SECRET_LENGTH = 40;
+/** Characters of the secret kept in the public prefix. */
+export const PUBLIC_PREFIX_CHARS = 8;
+
+// Generated keys have 40 characters; shorter operator-chosen keys (e.g. DEMO_API_KEY) must still have 16.
+const KEY_PATTERN = /^svc_live_[A-Za-z0-9]{16,128}$/;
+
+/** The key from an `Authorization` header value, or null when it is missing or not a bearer key. */
+export const bearerKey = (authorization: string | undefined): string | null => {
+  if (!authorization) return null;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+  return match?.[1] ?? null;
+};
+
+export const isWellFormedKey = (key: string): boolean => KEY_PATTERN.test(key);
+
+export const publicPrefix = (key: string): string => key.slice(0, KEY_PREFIX.length + PUBLIC_PREFIX_CHARS);

@@ -1,0 +1,119 @@
+import type { Principal } from './authenticator.ts';
+import { type Attempt, UpstreamFailure } from './fallback.ts';
+import type { Clock } from './ports.ts';
+import { costOf } from './pricing.ts';
+import type { Deployment, Model } from './registry.ts';
+import {
+  classifyError,
+  type Endpoint,
+  type Fault,
+  type HoldRef,
+  type Outcome,
+  type SettlementRecord,
+} from './settlement.ts';
+import type { Usage } from './usage.ts';
+
+/**
+ * Collects what happens to one call — who, which model, every upstream attempt, how it ended — and turns
+ * it into the settlement record once the response is over. Every path through a handler ends in exactly
+ * one of `succeeded`, `aborted`, `interrupted` or `failed`; a record without one is a handler bug and is
+ * reported as an internal error rather than silently billed.
+ */
+export class CallRecorder {
+  readonly endpoint: Endpoint;
+  readonly requestId: string;
+  readonly receivedAt: number;
+  readonly attempts: Attempt[] = [];
+  readonly #clock: Clock;
+  principal: Principal | null = null;
+  model: Model | null = null;
+  deployment: Deployment | null = null;
+  stream = false;
+  hold: HoldRef | null = null;
+  #firstByteAt: number | null = null;
+  #end: { outcome: Outcome; status: number; usage: Usage | null; fault: Fault | null } | null = null;
+
+  constructor(endpoint: Endpoint, requestId: string, clock: Clock) {
+    this.endpoint = endpoint;
+    this.requestId = requestId;
+    this.#clock = clock;
+    this.receivedAt = clock.now();
+  }
+
+  /** The response status line and headers are about to leave. */
+  responding(): void {
+    this.#firstByteAt ??= this.#clock.now();
+  }
+
+  succeeded(usage: Usage | null, status = 200): void {
+    this.#end ??= { outcome: 'success', status, usage, fault: null };
+  }
+
+  /** The client went away mid-response: charged for what was produced up to then. */
+  aborted(usage: Usage | null): void {
+    this.#end ??= {
+      outcome: 'client_aborted',
+      status: 200,
+      usage,
+      fault: { kind: 'client', status: null, detail: 'client closed the connection mid-response' },
+    };
+  }
+
+  /** The upstream broke after the first byte reached the client; not charged. */
+  interrupted(error: unknown, usage: Usage | null): void {
+    const kind = error instanceof UpstreamFailure ? error.kind : 'internal';
+    const detail = error instanceof Error ? error.message : 'stream interrupted';
+    this.#end ??= {
+      outcome: 'stream_interrupted',
+      status: 200,
+      usage,
+      fault: { kind, status: null, detail },
+    };
+  }
+
+  failed(error: unknown): void {
+    if (this.#end) return;
+    const { outcome, status, fault } = classifyError(error);
+    this.#end = { outcome, status, usage: null, fault };
+  }
+
+  get ended(): boolean {
+    return this.#end !== null;
+  }
+
+  settlement(): SettlementRecord {
+    const end = this.#end ?? {
+      outcome: 'internal_error' as const,
+      status: 500,
+      usage: null,
+      fault: { kind: 'internal' as const, status: 500, detail: 'call ended without an outcome' },
+    };
+    const charged = end.outcome === 'success' || end.outcome === 'client_aborted';
+    const cost = charged && end.usage && this.model ? costOf(this.model, end.usage) : 0;
+    const now = this.#clock.now();
+    return {
+      v: 1,
+      id: this.requestId,
+      requestId: this.requestId,
+      endpoint: this.endpoint,
+      accountId: this.principal?.accountId ?? null,
+      keyPrefix: this.principal?.keyPrefix ?? null,
+      model: this.model?.id ?? null,
+      deployment: this.deployment?.id ?? null,
+      provider: this.deployment?.provider ?? null,
+      stream: this.stream,
+      status: end.status,
+      outcome: end.outcome,
+      usage: end.usage,
+      cost,
+      hold: this.hold,
+      fault: end.fault,
+      attempts: this.attempts,
+      timings: {
+        receivedAt: this.receivedAt,
+        firstByteMs: this.#firstByteAt === null ? null : this.#firstByteAt - this.receivedAt,
+        totalMs: now - this.receivedAt,
+      },
+    };
+  }
+}

@@ -1,0 +1,205 @@
+import { InvalidRequestError } from './errors.ts';
+import type { TokenCounter } from './ports.ts';
+import type { Deployment, Model } from './registry.ts';
+
+export interface TextPart {
+  type: 'text';
+  text: string;
+}
+
+export interface ImagePart {
+  type: 'image_url';
+  image_url: { url: string; detail?: 'auto' | 'low' | 'high' | undefined };
+}
+
+export type ContentPart = TextPart | ImagePart;
+
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+export type ChatMessage =
+  | { role: 'system'; content: string | TextPart[]; name?: string | undefined }
+  | { role: 'user'; content: string | ContentPart[]; name?: string | undefined }
+  | {
+      role: 'assistant';
+      content?: string | TextPart[] | null | undefined;
+      name?: string | undefined;
+      tool_calls?: ToolCall[] | undefined;
+      refusal?: string | null | undefined;
+      annotations?: unknown[] | undefined;
+    }
+  | { role: 'tool'; content: string | TextPart[]; tool_call_id: string };
+
+/** A validated `POST /v1/chat/completions` body: exactly the spec's whitelist (spec §4). */
+export interface ChatRequest {
+  model: string;
+  messages: ChatMessage[];
+  stream?: boolean | undefined;
+  max_tokens?: number | undefined;
+  temperature?: number | undefined;
+  top_p?: number | undefined;
+  stop?: string | string[] | undefined;
+  presence_penalty?: number | undefined;
+  frequency_penalty?: number | undefined;
+  response_format?: Record<string, unknown> | undefined;
+  tools?: Record<string, unknown>[] | undefined;
+  tool_choice?: string | Record<string, unknown> | undefined;
+  seed?: number | undefined;
+  n?: number | undefined;
+  stream_options?: { include_usage?: boolean | undefined } | undefined;
+}
+
+/** Spec §4: temperature defaults to 0.7 when the client leaves it out. */
+export const DEFAULT_TEMPERATURE = 0.7;
+
+/**
+ * Completion cap when the client sends no `max_tokens`. Every upstream call carries a cap so the
+ * worst-case cost of a call is known before it is made (it is what the wallet holds).
+ */
+export const DEFAULT_MAX_TOKENS = 4096;
+
+/** Spec §4 rule 2: added for auto-language models when the client sent no system message. */
+export const LANGUAGE_SYSTEM_MESSAGE =
+  "Reply in the language of the user's most recent message. If that language is unclear, reply in English.";
+
+/** A request after the spec's rules, ready to be sent to any deployment of its model. */
+export interface PreparedChat {
+  readonly request: ChatRequest;
+  readonly model: Model;
+  readonly messages: ChatMessage[];
+  /** Estimated prompt tokens (real tokenizer), for the context check, limits and the hold. */
+  readonly promptTokens: number;
+  /** Completion cap per choice actually sent upstream. */
+  readonly maxTokens: number;
+  /** Number of choices requested. */
+  readonly choices: number;
+  readonly stream: boolean;
+  /** Whether the client asked for the usage chunk; upstream always gets `include_usage`. */
+  readonly clientWantsUsage: boolean;
+}
+
+/**
+ * Applies the spec's chat rules to a validated request and checks it against the model:
+ * the auto-language system message, image input only on multimodal models, and the context window.
+ */
+export const prepareChat = (request: ChatRequest, model: Model, tokens: TokenCounter): PreparedChat => {
+  rejectImagesUnlessMultimodal(request.messages, model);
+  const messages = withLanguageRule(request.messages, model);
+  const promptTokens = estimatePromptTokens(messages, request.tools, tokens);
+  const maxTokens = completionCap(request, model, promptTokens);
+  return {
+    request,
+    model,
+    messages,
+    promptTokens,
+    maxTokens,
+    choices: request.n ?? 1,
+    stream: request.stream === true,
+    clientWantsUsage: request.stream_options?.include_usage === true,
+  };
+};
+
+/** Spec §4 rule 2. */
+export const withLanguageRule = (messages: ChatMessage[], model: Model): ChatMessage[] => {
+  if (!model.flags.autoLanguage || messages.some((m) => m.role === 'system')) return messages;
+  return [{ role: 'system', content: LANGUAGE_SYSTEM_MESSAGE }, ...messages];
+};
+
+const rejectImagesUnlessMultimodal = (messages: ChatMessage[], model: Model): void => {
+  if (model.flags.multimodal) return;
+  messages.forEach((message, i) => {
+    if (message.role !== 'user' || typeof message.content === 'string') return;
+    const j = message.content.findIndex((part) => part.type === 'image_url');
+    if (j >= 0) {
+      throw new InvalidRequestError(
+        `The model \`${model.id}\` does not accept image input.`,
+        'invalid_value',
+        {
+          param: `messages[${i}].content[${j}]`,
+        },
+      );
+    }
+  });
+};
+
+const completionCap = (request: ChatRequest, model: Model, promptTokens: number): number => {
+  const context = model.contextWindow ?? Number.POSITIVE_INFINITY;
+  const room = context - promptTokens;
+  if (request.max_tokens !== undefined) {
+    if (request.max_tokens > room) {
+      throw new InvalidRequestError(
+        `This model's maximum context length is ${context} tokens. However, you requested ${promptTokens + request.max_tokens} tokens (${promptTokens} in the messages, ${request.max_tokens} in the completion). Please reduce the length of the messages or completion.`,
+        'context_length_exceeded',
+        { param: 'messages' },
+      );
+    }
+    return request.max_tokens;
+  }
+  if (room < 1) {
+    throw new InvalidRequestError(
+      `This model's maximum context length is ${context} tokens, but the messages take ${promptTokens}.`,
+      'context_length_exceeded',
+      { param: 'messages' },
+    );
+  }
+  return Math.min(model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, room);
+};
+
+/**
+ * Tokens an image part is assumed to take: a high-detail 1024×1024 image in the reference tokenizer's
+ * accounting. Estimates err high because they size holds and limit charges.
+ */
+export const IMAGE_TOKEN_ESTIMATE = 765;
+/** Per-message framing tokens of the chat template (role markers), as the reference counts them. */
+const MESSAGE_OVERHEAD = 3;
+/** Tokens priming the assistant's reply. */
+const REPLY_PRIMING = 3;
+
+export const estimatePromptTokens = (
+  messages: ChatMessage[],
+  tools: ChatRequest['tools'],
+  tokens: TokenCounter,
+): number => {
+  let total = REPLY_PRIMING;
+  for (const message of messages) {
+    total += MESSAGE_OVERHEAD;
+    const content = message.content;
+    if (typeof content === 'string') total += tokens.count(content);
+    else if (content) {
+      for (const part of content) {
+        total += part.type === 'text' ? tokens.count(part.text) : IMAGE_TOKEN_ESTIMATE;
+      }
+    }
+    if (message.role === 'assistant' && message.tool_calls) {
+      for (const call of message.tool_calls) {
+        total += tokens.count(call.function.name) + tokens.count(call.function.arguments);
+      }
+    }
+    if ('name' in message && message.name) total += tokens.count(message.name) + 1;
+  }
+  if (tools && tools.length > 0) total += tokens.count(JSON.stringify(tools));
+  return total;
+};
+
+/**
+ * The upstream body for one deployment. Spec §4 rules: the default temperature is explicit; streams
+ * always ask the upstream for the usage chunk (rule 4) so billing never depends on the client;
+ * reasoning parameters are added only for reasoning-tier models (rule 1), from the deployment.
+ */
+export const upstreamChatBody = (prepared: PreparedChat, deployment: Deployment): Record<string, unknown> => {
+  const { request } = prepared;
+  const body: Record<string, unknown> = {
+    ...request,
+    model: deployment.upstreamModel,
+    messages: prepared.messages,
+    max_tokens: prepared.maxTokens,
+    temperature: request.temperature ?? DEFAULT_TEMPERATURE,
+  };
+  if (prepared.stream) body.stream_options = { ...request.stream_options, include_usage: true };
+  if (prepared.model.flags.reasoning && deployment.reasoningParams)
+    Object.assign(body, deployment.reasoningParams);
+  return body;
+};

@@ -1,0 +1,147 @@
+/**
+ * Named errors of the API. Each carries its HTTP status and serialises to the OpenAI error shape
+ * `{"error":{"message","type","param","code"}}`; one middleware turns them into responses
+ * (`functions/http/error-handler.ts`), so nothing else decides status codes or bodies.
+ */
+
+export interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+export interface ApiErrorOptions {
+  param?: string | null;
+  headers?: Record<string, string>;
+  cause?: unknown;
+}
+
+export abstract class ApiError extends Error {
+  abstract readonly status: number;
+  abstract readonly type: string;
+  readonly code: string | null;
+  readonly param: string | null;
+  /** Extra response headers, e.g. `retry-after` on a 429. */
+  readonly headers: Record<string, string>;
+
+  constructor(message: string, code: string | null, options: ApiErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.param = options.param ?? null;
+    this.headers = options.headers ?? {};
+  }
+
+  /** Extra top-level fields for the error object (e.g. the 402's balance figures). */
+  protected details(): Record<string, unknown> {
+    return {};
+  }
+
+  toJSON(): ErrorBody {
+    return {
+      error: {
+        message: this.message,
+        type: this.type,
+        param: this.param,
+        code: this.code,
+        ...this.details(),
+      },
+    };
+  }
+}
+
+/** 400: the request itself is wrong — whitelist, types, ranges, malformed JSON. */
+export class InvalidRequestError extends ApiError {
+  override readonly name = 'InvalidRequestError';
+  readonly status = 400;
+  readonly type = 'invalid_request_error';
+}
+
+/** 401: missing, malformed, unknown or revoked API key. The message never says which. */
+export class AuthenticationError extends ApiError {
+  override readonly name = 'AuthenticationError';
+  readonly status = 401;
+  readonly type = 'invalid_request_error';
+  constructor(
+    message = 'Incorrect API key provided. Pass a valid key as "Authorization: Bearer svc_live_…".',
+  ) {
+    super(message, 'invalid_api_key');
+  }
+}
+
+/** 404 on an unknown model id. */
+export class ModelNotFoundError extends ApiError {
+  override readonly name = 'ModelNotFoundError';
+  readonly status = 404;
+  readonly type = 'invalid_request_error';
+  constructor(model: string, reason = 'does not exist') {
+    super(`The model \`${model}\` ${reason}.`, 'model_not_found', { param: 'model' });
+  }
+}
+
+/** 404/405 on a path or method the API does not serve. */
+export class RouteNotFoundError extends ApiError {
+  override readonly name = 'RouteNotFoundError';
+  readonly status = 404;
+  readonly type = 'invalid_request_error';
+  constructor(method: string, path: string) {
+    super(`Unknown request URL: ${method} ${path}.`, 'unknown_url');
+  }
+}
+
+/** 413: the body is over the documented limit; it was not parsed. */
+export class RequestTooLargeError extends ApiError {
+  override readonly name = 'RequestTooLargeError';
+  readonly status = 413;
+  readonly type = 'invalid_request_error';
+  constructor(limitBytes: number) {
+    super(`Request body exceeds the ${limitBytes} byte limit.`, 'request_too_large');
+  }
+}
+
+/** 429 from every upstream deployment of the model: the model is busy. Same wording as the upstream's. */
+export class EngineOverloadedError extends ApiError {
+  override readonly name = 'EngineOverloadedError';
+  readonly status = 429;
+  readonly type = 'invalid_request_error';
+  constructor(options: ApiErrorOptions = {}) {
+    super(
+      'The model is currently busy with other requests. Please retry later.',
+      'engine_overloaded',
+      options,
+    );
+  }
+}
+
+/** 500: an upstream or platform fault that fallbacks could not absorb. Details stay in the logs. */
+export class UpstreamFaultError extends ApiError {
+  override readonly name = 'UpstreamFaultError';
+  readonly status = 500;
+  readonly type = 'server_error';
+  constructor(
+    message = 'The upstream provider failed to complete the request. Please retry.',
+    cause?: unknown,
+  ) {
+    super(message, null, { cause });
+  }
+}
+
+/** 500 for anything unexpected; the message is generic on purpose (secrets may be in the cause). */
+export class InternalError extends ApiError {
+  override readonly name = 'InternalError';
+  readonly status = 500;
+  readonly type = 'server_error';
+  constructor(cause?: unknown) {
+    super('The server had an error while processing your request.', null, { cause });
+  }
+}
+
+/**
+ * 503: nothing can serve the request — no eligible deployment, an empty registry, or the accounting
+ * store is unreachable (we fail closed rather than serve unmetered). The code follows ARCHITECTURE.md §8.
+ */
+export class ServiceUnavailableError extends ApiError {
+  override readonly name = 'ServiceUnavailableError';
+  readonly status = 503;
+  readonly type = 'service_unavailable';
+  constructor(message: string, cause?: unknown) {
+    super(message, 'no_eligible_model', { cause });
+  }
+}

@@ -1,0 +1,155 @@
+import { EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from './errors.ts';
+import type { Clock, Random } from './ports.ts';
+import type { Deployment } from './registry.ts';
+
+/**
+ * How an upstream call failed, as far as routing is concerned.
+ * - `connect`, `dropped`, `timeout`: the transport failed (refused, reset, no first byte in time).
+ * - `overloaded`: 429 `engine_overloaded`; `rate_limited`: any other 429 (our key's quota).
+ * - `server_error`: 5xx; `auth`: 401/403 (our key is bad); `protocol`: unparseable reply.
+ * - `rejected`: the upstream refused the request itself (other 4xx); no other deployment will do better.
+ */
+export type FailureKind =
+  | 'connect'
+  | 'dropped'
+  | 'timeout'
+  | 'overloaded'
+  | 'rate_limited'
+  | 'server_error'
+  | 'auth'
+  | 'protocol'
+  | 'rejected';
+
+export interface UpstreamErrorBody {
+  readonly message: string;
+  readonly type: string | null;
+  readonly code: string | null;
+  readonly param: string | null;
+}
+
+/** Thrown by upstream adapters before any byte has reached the client. */
+export class UpstreamFailure extends Error {
+  override readonly name = 'UpstreamFailure';
+  readonly kind: FailureKind;
+  readonly status: number | null;
+  readonly upstreamError: UpstreamErrorBody | null;
+
+  constructor(
+    kind: FailureKind,
+    message: string,
+    options: { status?: number; upstreamError?: UpstreamErrorBody | null; cause?: unknown } = {},
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.kind = kind;
+    this.status = options.status ?? null;
+    this.upstreamError = options.upstreamError ?? null;
+  }
+}
+
+/** Faults the upstream itself reported: worth retrying with another of the deployment's keys. */
+const KEY_FAULTS: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited', 'server_error', 'auth']);
+/** Failures that mean "busy", which the client sees as 429 when every deployment reports one. */
+const BUSY: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited']);
+
+export interface Attempt {
+  readonly deployment: string;
+  readonly provider: string;
+  /** Index of the deployment key used. */
+  readonly keyIndex: number;
+  readonly outcome: 'ok' | FailureKind;
+  readonly status: number | null;
+  readonly ms: number;
+  readonly detail: string | null;
+}
+
+export interface FallbackOptions {
+  /** Spec §7: on non-stream calls the deployment's upstream keys are cycled on an upstream fault. */
+  readonly cycleKeys: boolean;
+  /** Bound on upstream calls per request, so a bad day cannot multiply latency without limit. */
+  readonly maxAttempts: number;
+  readonly clock: Clock;
+  /** Picks the key a request starts on, so load spreads over a deployment's keys. */
+  readonly random: Random;
+  /** Receives every attempt as it ends, successful or not (for settlement and health). */
+  readonly attempts: Attempt[];
+}
+
+export interface Served<T> {
+  readonly value: T;
+  readonly deployment: Deployment;
+}
+
+/**
+ * Calls deployments in plan order until one succeeds. Only failures before the first byte reaches the
+ * client come through here (adapters resolve once a response can be committed), so any retryable failure
+ * may move on. When everything fails: all-busy → 429 `engine_overloaded`, otherwise 500.
+ */
+export const withFallback = async <T>(
+  plan: readonly Deployment[],
+  options: FallbackOptions,
+  call: (deployment: Deployment, keyIndex: number) => Promise<T>,
+): Promise<Served<T>> => {
+  const { attempts, clock } = options;
+  let lastFailure: UpstreamFailure | null = null;
+  for (const deployment of plan) {
+    const keys = Math.max(1, deployment.keyRefs.length);
+    const start = Math.floor(options.random() * keys);
+    const tries = options.cycleKeys ? keys : 1;
+    for (let k = 0; k < tries; k++) {
+      if (attempts.length >= options.maxAttempts) return exhausted(attempts, lastFailure);
+      const keyIndex = (start + k) % keys;
+      const started = clock.now();
+      try {
+        const value = await call(deployment, keyIndex);
+        attempts.push(record(deployment, keyIndex, 'ok', null, clock.now() - started, null));
+        return { value, deployment };
+      } catch (error) {
+        if (!(error instanceof UpstreamFailure)) throw error;
+        lastFailure = error;
+        attempts.push(
+          record(deployment, keyIndex, error.kind, error.status, clock.now() - started, error.message),
+        );
+        if (error.kind === 'rejected') throw rejected(error);
+        // Transport failures are about the deployment, not the key: go straight to the next one.
+        if (!KEY_FAULTS.has(error.kind)) break;
+      }
+    }
+  }
+  return exhausted(attempts, lastFailure);
+};
+
+const record = (
+  deployment: Deployment,
+  keyIndex: number,
+  outcome: Attempt['outcome'],
+  status: number | null,
+  ms: number,
+  detail: string | null,
+): Attempt => ({
+  deployment: deployment.id,
+  provider: deployment.provider,
+  keyIndex,
+  outcome,
+  status,
+  ms,
+  detail,
+});
+
+const exhausted = (attempts: readonly Attempt[], last: UpstreamFailure | null): never => {
+  const failed = attempts.filter((a) => a.outcome !== 'ok');
+  if (failed.length > 0 && failed.every((a) => a.outcome !== 'ok' && BUSY.has(a.outcome))) {
+    throw new EngineOverloadedError({ headers: { 'retry-after': '1' }, cause: last });
+  }
+  throw new UpstreamFaultError(undefined, last);
+};
+
+/** The upstream refused the request as invalid: pass its explanation on as a 400. */
+const rejected = (failure: UpstreamFailure): InvalidRequestError =>
+  new InvalidRequestError(
+    failure.upstreamError?.message ?? 'The upstream provider rejected the request.',
+    failure.upstreamError?.code ?? 'upstream_rejected',
+    {
+      param: failure.upstreamError?.param ?? null,
+      cause: failure,
+    },
+  );

@@ -1,0 +1,58 @@
+import type { Authenticator } from './authenticator.ts';
+import type { CallRecorder } from './call-recorder.ts';
+import { type Served, withFallback } from './fallback.ts';
+import type { Clock, Random } from './ports.ts';
+import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
+import { planRoute } from './routing.ts';
+
+export interface GatewayDeps {
+  readonly authenticator: Authenticator;
+  /** The current registry snapshot (cached by the adapter). */
+  readonly catalog: () => Promise<Catalog>;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly maxAttempts: number;
+}
+
+/**
+ * The steps every inference endpoint shares — authenticate, resolve the model, route with fallback —
+ * each recording into the call's recorder. Endpoints supply only what differs: their request shape,
+ * their estimate and their upstream call.
+ */
+export class Gateway {
+  readonly #deps: GatewayDeps;
+
+  constructor(deps: GatewayDeps) {
+    this.#deps = deps;
+  }
+
+  async authenticate(authorization: string | undefined, call: CallRecorder): Promise<void> {
+    call.principal = await this.#deps.authenticator.authenticate(authorization);
+  }
+
+  async resolve(modelId: string, kind: ModelKind, call: CallRecorder): Promise<Resolved> {
+    const resolved = (await this.#deps.catalog()).resolve(modelId, kind);
+    call.model = resolved.model;
+    return resolved;
+  }
+
+  /**
+   * Tries the model's deployments in route order until one answers. `cycleKeys` is on for non-stream
+   * calls (spec §7). The serving deployment is recorded on the call.
+   */
+  async route<T>(
+    resolved: Resolved,
+    call: CallRecorder,
+    cycleKeys: boolean,
+    attempt: (deployment: Deployment, keyIndex: number) => Promise<T>,
+  ): Promise<T> {
+    const { clock, random, maxAttempts } = this.#deps;
+    const served: Served<T> = await withFallback(
+      planRoute(resolved.deployments, random),
+      { cycleKeys, maxAttempts, clock, random, attempts: call.attempts },
+      attempt,
+    );
+    call.deployment = served.deployment;
+    return served.value;
+  }
+}

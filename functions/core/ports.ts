@@ -1,0 +1,36 @@
+import type { SettlementRecord } from './settlement.ts';
+
+/**
+ * Ports: what core needs from the outside world. Adapters in `functions/adapters/` implement them;
+ * unit tests pass small fakes. Core never reads the clock, the environment or the network itself.
+ */
+
+export interface Clock {
+  /** Epoch milliseconds. */
+  now(): number;
+}
+
+/** A uniform random number in [0, 1); injected so routing and tests can be deterministic. */
+export type Random = () => number;
+
+/** Counts tokens of a text with a real tokenizer; used for estimates, never for billing upstream usage. */
+export interface TokenCounter {
+  count(text: string): number;
+}
+
+export interface ApiKeyRecord {
+  readonly accountId: string;
+  /** The short public part, e.g. `svc_live_Ab12Cd34`, safe to show and log. */
+  readonly prefix: string;
+  readonly revoked: boolean;
+}
+
+export interface KeyStore {
+  /** Looks a key up by the SHA-256 hex digest of the whole key string. */
+  findByHash(hash: string): Promise<ApiKeyRecord | null>;
+}
+
+/** Where settlement records go once a response has ended (SQS in both shapes of the service). */
+export interface SettlementSink {
+  send(record: SettlementRecord): Promise<void>;
+}

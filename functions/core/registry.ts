@@ -1,0 +1,132 @@
+import { ModelNotFoundError, ServiceUnavailableError } from './errors.ts';
+
+/** What a model does; each kind is served by one endpoint. */
+export type ModelKind = 'chat' | 'embedding' | 'transcription' | 'speech';
+
+/**
+ * Published rates in USD, per 1M tokens for chat and embeddings, per minute of audio for
+ * transcription, per 1M input characters for speech.
+ */
+export interface Rates {
+  readonly input: number;
+  readonly output?: number;
+  /** Prompt-caching models: rate for cached input tokens. */
+  readonly cachedInput?: number;
+}
+
+export interface ModelFlags {
+  /** Zero billing: no hold, no debit. */
+  readonly free?: boolean;
+  /** Reasoning tier: the only way a client gets reasoning (spec §4 rule 1). */
+  readonly reasoning?: boolean;
+  readonly multimodal?: boolean;
+  readonly promptCaching?: boolean;
+  /** Adds the reply-in-the-user's-language system message when none is given (spec §4 rule 2). */
+  readonly autoLanguage?: boolean;
+}
+
+export interface Model {
+  readonly id: string;
+  readonly family: string;
+  readonly kind: ModelKind;
+  /** Tokens; absent for audio models. */
+  readonly contextWindow?: number;
+  /** Completion cap when a request gives none; defaults to `DEFAULT_MAX_TOKENS` (core/chat.ts). */
+  readonly defaultMaxTokens?: number;
+  readonly rates: Rates;
+  readonly flags: ModelFlags;
+  readonly status: 'active' | 'retired';
+  /** Unix seconds, for the model object's `created`. */
+  readonly created: number;
+}
+
+export type AdapterName = 'openai-compatible' | 'anthropic';
+
+/** Binds a model to one upstream provider endpoint. */
+export interface Deployment {
+  readonly id: string;
+  readonly model: string;
+  /** Provider label, exposed in the `x-svc-provider` response header and the usage report. */
+  readonly provider: string;
+  readonly adapter: AdapterName;
+  /** Ends before the endpoint path, e.g. `https://api.example.com/v1`. */
+  readonly baseUrl: string;
+  readonly upstreamModel: string;
+  /** Secret references (`env:NAME`, `secretsmanager:ID`), resolved once per cold start; never the keys. */
+  readonly keyRefs: readonly string[];
+  /** Lower is tried first. */
+  readonly priority: number;
+  /** Share of traffic among deployments of equal priority. */
+  readonly weight: number;
+  /** Upstream's own rates (USD, same units as `Rates`), the input to the price floor. */
+  readonly cost?: Rates;
+  /** Extra upstream body fields sent only for reasoning-tier models, e.g. `{"reasoning_effort":"medium"}`. */
+  readonly reasoningParams?: Readonly<Record<string, unknown>>;
+  readonly timeouts?: DeploymentTimeouts;
+  readonly status: 'active' | 'retired';
+}
+
+export interface DeploymentTimeouts {
+  /** Upper bound on waiting for the first byte (headers for non-streams, first event for streams). */
+  readonly firstByteMs?: number;
+  /** Upper bound on silence between stream events once streaming. */
+  readonly idleMs?: number;
+}
+
+/** A model resolved for one request, with the deployments that may serve it. */
+export interface Resolved {
+  readonly model: Model;
+  readonly deployments: readonly Deployment[];
+}
+
+/**
+ * An immutable snapshot of the registry. Handlers read it on the hot path without I/O; the adapter
+ * replaces the snapshot in the background.
+ */
+export class Catalog {
+  readonly models: ReadonlyMap<string, Model>;
+  readonly #deployments: ReadonlyMap<string, readonly Deployment[]>;
+
+  constructor(models: readonly Model[], deployments: readonly Deployment[]) {
+    this.models = new Map(models.map((m) => [m.id, m]));
+    const byModel = new Map<string, Deployment[]>();
+    for (const d of deployments) {
+      if (d.status !== 'active') continue;
+      const list = byModel.get(d.model) ?? [];
+      list.push(d);
+      byModel.set(d.model, list);
+    }
+    for (const list of byModel.values()) list.sort((a, b) => a.priority - b.priority);
+    this.#deployments = byModel;
+  }
+
+  get isEmpty(): boolean {
+    return this.models.size === 0;
+  }
+
+  /**
+   * The model a request names, checked against the endpoint's kind.
+   * Unknown or retired → 404; known but with nothing to serve it (or an empty registry) → 503.
+   */
+  resolve(modelId: string, kind: ModelKind): Resolved {
+    if (this.isEmpty)
+      throw new ServiceUnavailableError('No model is available: the model registry is empty.');
+    const model = this.models.get(modelId);
+    if (model?.status !== 'active') throw new ModelNotFoundError(modelId);
+    if (model.kind !== kind) {
+      throw new ModelNotFoundError(modelId, `is not a ${kind} model and cannot be used with this endpoint`);
+    }
+    const deployments = this.#deployments.get(modelId) ?? [];
+    if (deployments.length === 0) {
+      throw new ServiceUnavailableError(`No deployment of \`${modelId}\` is available right now.`);
+    }
+    return { model, deployments };
+  }
+
+  /** Active models of a kind, for the catalog listing. */
+  list(kind?: ModelKind): Model[] {
+    return [...this.models.values()].filter(
+      (m) => m.status === 'active' && (kind === undefined || m.kind === kind),
+    );
+  }
+}

@@ -1,0 +1,45 @@
+/** What one call consumed, in the units its model is billed in. */
+export interface Usage {
+  readonly promptTokens: number;
+  readonly completionTokens: number;
+  /** Prompt tokens the upstream served from its prompt cache (billed at the cached rate). */
+  readonly cachedPromptTokens: number;
+  /** Reasoning tokens, already included in `completionTokens`. */
+  readonly reasoningTokens: number;
+  /** Transcription: audio duration measured by the gateway. */
+  readonly audioMs?: number;
+  /** Speech: input characters. */
+  readonly characters?: number;
+  /**
+   * `upstream`: the provider's own usage report. `estimated`: counted by the gateway because the
+   * provider sent none or the stream ended early. `measured`: taken from the request itself (audio, text).
+   */
+  readonly source: 'upstream' | 'estimated' | 'measured';
+}
+
+export const tokensOf = (usage: Usage): number => usage.promptTokens + usage.completionTokens;
+
+const count = (value: unknown): number | null =>
+  typeof value === 'number' && Number.isInteger(value) && value >= 0 ? value : null;
+
+const nested = (value: unknown, key: string): unknown =>
+  value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[key] : undefined;
+
+/**
+ * Reads an OpenAI-style `usage` object. Returns null when it is absent or malformed, so the caller
+ * falls back to its own estimate instead of billing garbage.
+ */
+export const parseOpenAiUsage = (raw: unknown): Usage | null => {
+  const prompt = count(nested(raw, 'prompt_tokens'));
+  const completion = count(nested(raw, 'completion_tokens')) ?? 0;
+  if (prompt === null) return null;
+  const cached = count(nested(nested(raw, 'prompt_tokens_details'), 'cached_tokens')) ?? 0;
+  const reasoning = count(nested(nested(raw, 'completion_tokens_details'), 'reasoning_tokens')) ?? 0;
+  return {
+    promptTokens: prompt,
+    completionTokens: completion,
+    cachedPromptTokens: Math.min(cached, prompt),
+    reasoningTokens: Math.min(reasoning, completion),
+    source: 'upstream',
+  };
+};

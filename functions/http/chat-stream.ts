@@ -1,0 +1,75 @@
+import { Readable } from 'node:stream';
+import type { CallRecorder } from '#core/call-recorder.ts';
+import type { PreparedChat } from '#core/chat.ts';
+import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
+import type { Usage } from '#core/usage.ts';
+import { DONE_FRAME, errorFrame, frame } from './sse.ts';
+
+/**
+ * The client's event stream: upstream events relayed as they arrive, the usage chunk withheld unless the
+ * client asked for it (spec §4 rules 3–4), `[DONE]` at a clean end and an error event at a broken one.
+ * The call's outcome is recorded here, because only the relay knows how the stream ended.
+ */
+export const chatEventStream = (stream: ChatStream, prepared: PreparedChat, call: CallRecorder): Readable =>
+  Readable.from(relay(stream, prepared, call), { objectMode: false, highWaterMark: 16 * 1024 });
+
+async function* relay(
+  stream: ChatStream,
+  prepared: PreparedChat,
+  call: CallRecorder,
+): AsyncGenerator<string> {
+  let usage: Usage | null = null;
+  let contentChunks = 0;
+  let finished = false;
+  const upstream = stream[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      // Only errors from the upstream side are caught here. When the client goes away, the stream machinery
+      // throws into this generator at a `yield` instead; that unwinds to `finally` as an abort.
+      let next: IteratorResult<ChatStreamEvent, void>;
+      try {
+        next = await upstream.next();
+      } catch (error) {
+        finished = true;
+        call.interrupted(error, usage);
+        yield errorFrame(error);
+        return;
+      }
+      if (next.done) break;
+      const event = next.value;
+      contentChunks += event.contentChunks;
+      if (event.usage === null) yield frame(event.data);
+      else {
+        usage = event.usage;
+        if (prepared.clientWantsUsage) yield frame(event.data);
+        else if (!event.usageOnly) yield frame(withoutUsage(event.data));
+      }
+    }
+    finished = true;
+    call.succeeded(usage ?? estimatedUsage(prepared, contentChunks));
+    yield DONE_FRAME;
+  } finally {
+    // Unfinished here means the consumer stopped reading: the client went away.
+    if (!finished) call.aborted(usage ?? estimatedUsage(prepared, contentChunks));
+    stream.close();
+  }
+}
+
+/** Some providers put usage on a content chunk; a client that did not ask gets the chunk without it. */
+const withoutUsage = (data: string): string => {
+  const chunk = JSON.parse(data) as Record<string, unknown>;
+  delete chunk.usage;
+  return JSON.stringify(chunk);
+};
+
+/**
+ * Usage when the upstream sent none (or the client left early): the prompt estimate plus one token per
+ * text delta relayed, which is how chat-completions streams are chunked.
+ */
+const estimatedUsage = (prepared: PreparedChat, contentChunks: number): Usage => ({
+  promptTokens: prepared.promptTokens,
+  completionTokens: contentChunks,
+  cachedPromptTokens: 0,
+  reasoningTokens: 0,
+  source: 'estimated',
+});

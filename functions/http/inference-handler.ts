@@ -1,0 +1,45 @@
+import { CallRecorder } from '#core/call-recorder.ts';
+import type { Endpoint } from '#core/settlement.ts';
+import type { Container } from '#functions/container.ts';
+import { afterResponse } from './after-response.ts';
+import { httpHandler } from './handler.ts';
+import { type HttpEvent, type HttpResponse, type LambdaContext, requestIdOf } from './lambda.ts';
+
+export type InferenceFn = (
+  event: HttpEvent,
+  call: CallRecorder,
+  container: Container,
+) => Promise<HttpResponse>;
+
+/**
+ * The frame shared by every billed endpoint: a call recorder per request, error outcomes recorded, and
+ * the settlement record sent to the queue after the response has ended — whatever the outcome.
+ */
+export const inferenceHandler = (endpoint: Endpoint, container: () => Container, fn: InferenceFn) =>
+  httpHandler(
+    async (event: HttpEvent, context: LambdaContext) => {
+      const c = container();
+      const call = new CallRecorder(endpoint, requestIdOf(context), c.clock);
+      afterResponse(context, () => settle(c, call));
+      try {
+        const response = await fn(event, call, c);
+        call.responding();
+        return response;
+      } catch (error) {
+        call.failed(error);
+        call.responding();
+        throw error;
+      }
+    },
+    () => container().log,
+  );
+
+const settle = async (c: Container, call: CallRecorder): Promise<void> => {
+  const record = call.settlement();
+  try {
+    await c.settlements.send(record);
+  } catch (error) {
+    // The record is the only trace of this charge: log it whole (it holds no secrets) for replay.
+    c.log.error('settlement record not sent', { record, error });
+  }
+};

@@ -1,0 +1,145 @@
+import { z } from 'zod';
+import type { ChatRequest } from '#core/chat.ts';
+import { parseWith } from '../validation.ts';
+
+/**
+ * `POST /v1/chat/completions` body: the whitelist of spec §4, strictly. Any other top-level parameter —
+ * `thinking`, `reasoning_effort`, `max_completion_tokens`, `logprobs`, … — is refused with a 400 naming it.
+ * Message objects are strict too, so nothing unvetted reaches an upstream.
+ */
+
+const textPart = z.strictObject({ type: z.literal('text'), text: z.string() });
+const imagePart = z.strictObject({
+  type: z.literal('image_url'),
+  image_url: z.strictObject({
+    url: z.string().min(1, 'must be an http(s) or data URL'),
+    detail: z.enum(['auto', 'low', 'high']).optional(),
+  }),
+});
+const textContent = z.union([z.string(), z.array(textPart).min(1)], {
+  error: 'must be a string or an array of text parts',
+});
+
+const toolCall = z.strictObject({
+  id: z.string().min(1),
+  type: z.literal('function'),
+  function: z.strictObject({ name: z.string().min(1), arguments: z.string() }),
+});
+
+const name = z.string().min(1).max(64).optional();
+
+const message = z.discriminatedUnion(
+  'role',
+  [
+    z.strictObject({ role: z.literal('system'), content: textContent, name }),
+    z.strictObject({
+      role: z.literal('user'),
+      content: z.union([z.string(), z.array(z.discriminatedUnion('type', [textPart, imagePart])).min(1)], {
+        error: 'must be a string or an array of content parts',
+      }),
+      name,
+    }),
+    z
+      .strictObject({
+        role: z.literal('assistant'),
+        content: z.union([z.string(), z.array(textPart)]).nullish(),
+        name,
+        tool_calls: z.array(toolCall).min(1).optional(),
+        refusal: z.string().nullish(),
+        // Part of every assistant message a chat completion returns, so clients echo it back in history.
+        annotations: z.array(z.unknown()).optional(),
+      })
+      .refine((m) => (m.content !== null && m.content !== undefined) || m.tool_calls !== undefined, {
+        message: 'an assistant message needs content or tool_calls',
+        path: ['content'],
+      }),
+    z.strictObject({ role: z.literal('tool'), content: textContent, tool_call_id: z.string().min(1) }),
+  ],
+  { error: 'role must be one of system, user, assistant, tool' },
+);
+
+const tool = z.strictObject({
+  type: z.literal('function'),
+  function: z.strictObject({
+    name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'function names are 1–64 of A-Z a-z 0-9 _ -'),
+    description: z.string().optional(),
+    parameters: z.record(z.string(), z.unknown()).optional(),
+    strict: z.boolean().nullish(),
+  }),
+});
+
+const toolChoice = z.union(
+  [
+    z.enum(['none', 'auto', 'required']),
+    z.strictObject({ type: z.literal('function'), function: z.strictObject({ name: z.string().min(1) }) }),
+  ],
+  { error: "must be 'none', 'auto', 'required' or a function choice" },
+);
+
+const responseFormat = z.discriminatedUnion(
+  'type',
+  [
+    z.strictObject({ type: z.literal('text') }),
+    z.strictObject({ type: z.literal('json_object') }),
+    z.strictObject({
+      type: z.literal('json_schema'),
+      json_schema: z.strictObject({
+        name: z.string().min(1),
+        description: z.string().optional(),
+        schema: z.record(z.string(), z.unknown()).optional(),
+        strict: z.boolean().nullish(),
+      }),
+    }),
+  ],
+  { error: "type must be 'text', 'json_object' or 'json_schema'" },
+);
+
+const between = (min: number, max: number) =>
+  z
+    .number({ error: `must be a number between ${min} and ${max}` })
+    .min(min)
+    .max(max);
+
+/** Most choices one request may ask for; each multiplies the completion's worst-case cost. */
+export const MAX_CHOICES = 8;
+
+export const chatRequestSchema = z.strictObject({
+  model: z.string({ error: 'must be a model id string' }).min(1),
+  messages: z
+    .array(message, { error: 'must be an array of messages' })
+    .min(1, 'must contain at least one message'),
+  stream: z.boolean().optional(),
+  max_tokens: z.int({ error: 'must be a positive integer' }).min(1, 'must be a positive integer').optional(),
+  temperature: between(0, 2).optional(),
+  top_p: between(0, 1).optional(),
+  stop: z
+    .union([z.string(), z.array(z.string()).min(1).max(4)], { error: 'must be a string or up to 4 strings' })
+    .optional(),
+  presence_penalty: between(-2, 2).optional(),
+  frequency_penalty: between(-2, 2).optional(),
+  response_format: responseFormat.optional(),
+  tools: z.array(tool).max(128).optional(),
+  tool_choice: toolChoice.optional(),
+  seed: z.int({ error: 'must be an integer' }).optional(),
+  n: z
+    .int({ error: `must be an integer between 1 and ${MAX_CHOICES}` })
+    .min(1)
+    .max(MAX_CHOICES)
+    .optional(),
+  stream_options: z.strictObject({ include_usage: z.boolean().optional() }).optional(),
+});
+
+/**
+ * Validates a parsed JSON body. `null` for an optional parameter means "not given", as in OpenAI's API,
+ * so nulls are dropped at the top level before the whitelist check.
+ */
+export const parseChatRequest = (body: unknown): ChatRequest => {
+  const input =
+    body !== null && typeof body === 'object' && !Array.isArray(body)
+      ? Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null))
+      : body;
+  const request = parseWith(chatRequestSchema, input) as ChatRequest;
+  // Annotations describe a past reply; they mean nothing to a model and some upstreams refuse them.
+  for (const message of request.messages) if ('annotations' in message) delete message.annotations;
+  return request;
+};
