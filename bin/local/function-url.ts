@@ -1,0 +1,130 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
+import { LambdaResponseStream, type StreamingHandler } from './lambda-runtime.ts';
+
+/** Lambda's own limit on an invocation's request payload (Function URLs included). */
+export const LAMBDA_REQUEST_LIMIT_BYTES = 6 * 1024 * 1024;
+
+/** Content types a Function URL passes as text; everything else arrives base64-encoded, as on AWS. */
+const TEXT_TYPES = /^(?:text\/|application\/(?:json|[\w.+-]+\+json|x-www-form-urlencoded|xml|javascript))/i;
+
+/** Reads the request body, stopping at `limit` bytes (null when over it). */
+export const readBody = (req: IncomingMessage, limit: number): Promise<Buffer | null> =>
+  new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        resolve(null);
+        req.resume();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () =>
+      resolve(size > limit ? null : chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)),
+    );
+    req.on('error', reject);
+  });
+
+/** The payload-v2 event a Function URL would deliver for this request. */
+export const functionUrlEvent = (req: IncomingMessage, body: Buffer): APIGatewayProxyEventV2 => {
+  const url = new URL(req.url ?? '/', 'http://localhost');
+  const headers: Record<string, string> = {};
+  let cookies: string[] | undefined;
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined) continue;
+    if (name === 'cookie') cookies = (Array.isArray(value) ? value.join('; ') : value).split(/;\s*/);
+    else headers[name] = Array.isArray(value) ? value.join(',') : value;
+  }
+  const query: Record<string, string> = {};
+  for (const [k, v] of url.searchParams) query[k] = query[k] === undefined ? v : `${query[k]},${v}`;
+  const now = new Date();
+  const text = TEXT_TYPES.test(headers['content-type'] ?? 'application/json');
+  const event: APIGatewayProxyEventV2 = {
+    version: '2.0',
+    routeKey: '$default',
+    rawPath: url.pathname,
+    rawQueryString: url.search.slice(1),
+    headers,
+    requestContext: {
+      accountId: 'anonymous',
+      apiId: 'local',
+      domainName: headers.host ?? 'localhost',
+      domainPrefix: (headers.host ?? 'localhost').split('.')[0] ?? 'localhost',
+      http: {
+        method: req.method ?? 'GET',
+        path: url.pathname,
+        protocol: `HTTP/${req.httpVersion}`,
+        sourceIp: req.socket.remoteAddress ?? '127.0.0.1',
+        userAgent: headers['user-agent'] ?? '',
+      },
+      requestId: randomUUID(),
+      routeKey: '$default',
+      stage: '$default',
+      time: now.toISOString(),
+      timeEpoch: now.getTime(),
+    },
+    isBase64Encoded: body.length > 0 && !text,
+  };
+  if (cookies) event.cookies = cookies;
+  if (url.search) event.queryStringParameters = query;
+  if (body.length > 0) event.body = text ? body.toString('utf8') : body.toString('base64');
+  return event;
+};
+
+/** A fresh invocation context, like the runtime's (`awsRequestId` is unique per invocation). */
+export const invocationContext = (functionName: string, timeoutMs: number): Context => {
+  const deadline = Date.now() + timeoutMs;
+  return {
+    callbackWaitsForEmptyEventLoop: true,
+    functionName,
+    functionVersion: '$LATEST',
+    invokedFunctionArn: `arn:aws:lambda:us-east-1:000000000000:function:${functionName}`,
+    memoryLimitInMB: '1024',
+    awsRequestId: randomUUID(),
+    logGroupName: `/aws/lambda/${functionName}`,
+    logStreamName: 'local',
+    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+    done: () => {},
+    fail: () => {},
+    succeed: () => {},
+  };
+};
+
+/**
+ * Invokes a response-streaming handler for one HTTP exchange. A client that disconnects early destroys the
+ * response stream, which is what the handler would see on Lambda. Resolves when the invocation is over —
+ * including work the handler does after its response has ended.
+ */
+export const invokeStreaming = async (
+  handler: StreamingHandler,
+  event: APIGatewayProxyEventV2,
+  context: Context,
+  res: ServerResponse,
+): Promise<void> => {
+  const stream = new LambdaResponseStream(res);
+  const onClose = () => {
+    if (!res.writableFinished) stream.destroy(new Error('client disconnected'));
+  };
+  res.once('close', onClose);
+  try {
+    await handler(event, stream, context);
+    if (!stream.writableEnded) stream.end();
+  } catch (error) {
+    // Like a Function URL after an unhandled invocation error: 502 if nothing was sent yet.
+    if (!res.headersSent) {
+      res.writeHead(502, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ message: 'Internal Server Error' }));
+    } else if (!res.writableEnded) res.destroy();
+    if (!(error instanceof Error && error.message === 'client disconnected') && !isPrematureClose(error))
+      throw error;
+  } finally {
+    res.off('close', onClose);
+  }
+};
+
+const isPrematureClose = (error: unknown): boolean =>
+  error instanceof Error && (error as NodeJS.ErrnoException).code === 'ERR_STREAM_PREMATURE_CLOSE';

@@ -1,0 +1,97 @@
+import { readFileSync } from 'node:fs';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { z } from 'zod';
+import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
+import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
+import { describeIssues, modelSchema } from '#adapters/registry-codec.ts';
+import type { Deployment, Model } from '#core/registry.ts';
+import { localClientConfig } from './emulators.ts';
+
+/** The spec's catalog (§2.1): every chat model plus the three utility models. */
+export const CATALOG_FILE = new URL('../../registry/catalog.json', import.meta.url);
+
+export const readCatalog = (file: URL | string = CATALOG_FILE): Model[] => {
+  const parsed = z.object({ models: z.array(modelSchema) }).safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  if (!parsed.success) throw new Error(`Invalid catalog ${String(file)}: ${describeIssues(parsed.error)}`);
+  return parsed.data.models as Model[];
+};
+
+/** Secrets the seeded simulator deployments reference; the simulator accepts any key. */
+export const SIMULATOR_SECRETS = {
+  SIM_A_KEY_1: 'sim-a-key-1',
+  SIM_A_KEY_2: 'sim-a-key-2',
+  SIM_B_KEY_1: 'sim-b-key-1',
+} as const;
+
+/** Reasoning-tier models are called with reasoning on; no other model ever is (spec §4 rule 1). */
+const REASONING_PARAMS = { reasoning_effort: 'medium' };
+
+/**
+ * Two simulated providers per model: `sim-a` (priority 1, two keys) and `sim-b` (priority 2, one key), each
+ * at its own path of the simulator, so fallback and key cycling work out of the box.
+ */
+export const simulatorDeployments = (models: readonly Model[], simulatorUrl: string): Deployment[] =>
+  models.flatMap((model) =>
+    (['sim-a', 'sim-b'] as const).map((provider, i) => ({
+      id: `${model.id}@${provider}`,
+      model: model.id,
+      provider,
+      adapter: 'openai-compatible' as const,
+      baseUrl: `${simulatorUrl}/p/${provider}/v1`,
+      upstreamModel: model.id,
+      keyRefs: provider === 'sim-a' ? ['env:SIM_A_KEY_1', 'env:SIM_A_KEY_2'] : ['env:SIM_B_KEY_1'],
+      priority: i + 1,
+      weight: 1,
+      ...(model.flags.reasoning ? { reasoningParams: REASONING_PARAMS } : {}),
+      status: 'active' as const,
+    })),
+  );
+
+/** One deployment per model at an operator-chosen OpenAI-compatible server (`UPSTREAM_BASE_URL`). */
+export const externalDeployments = (
+  models: readonly Model[],
+  baseUrl: string,
+  options: { keyRef?: string; upstreamModel?: string },
+): Deployment[] =>
+  models.map((model) => ({
+    id: `${model.id}@upstream`,
+    model: model.id,
+    provider: 'upstream',
+    adapter: 'openai-compatible' as const,
+    baseUrl: baseUrl.replace(/\/+$/, ''),
+    upstreamModel: options.upstreamModel ?? model.id,
+    keyRefs: options.keyRef ? [options.keyRef] : [],
+    priority: 1,
+    weight: 1,
+    ...(model.flags.reasoning ? { reasoningParams: REASONING_PARAMS } : {}),
+    status: 'active' as const,
+  }));
+
+export const DEMO_ACCOUNT_ID = 'acct_demo';
+
+export interface SeedOptions {
+  readonly dynamodbEndpoint: string;
+  readonly accountsTable: string;
+  readonly registryTable: string;
+  readonly models: readonly Model[];
+  readonly deployments: readonly Deployment[];
+  /** Use this key for the demo account; a new one is generated otherwise. */
+  readonly demoApiKey?: string;
+}
+
+/** Seeds the registry and the demo account with its key; returns the demo key (shown once). */
+export const seed = async (options: SeedOptions): Promise<{ demoApiKey: string }> => {
+  const client = new DynamoDBClient(localClientConfig(options.dynamodbEndpoint));
+  try {
+    await new DynamoRegistry(client, options.registryTable).put(options.models, options.deployments);
+    const accounts = new DynamoAccounts(client, options.accountsTable);
+    await accounts.ensureAccount(DEMO_ACCOUNT_ID, 'Demo account');
+    const { key } = await accounts.createKey(DEMO_ACCOUNT_ID, {
+      name: 'demo',
+      ...(options.demoApiKey ? { key: options.demoApiKey } : {}),
+    });
+    return { demoApiKey: key };
+  } finally {
+    client.destroy();
+  }
+};

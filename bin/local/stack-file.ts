@@ -1,0 +1,19 @@
+import { existsSync, readFileSync } from 'node:fs';
+import type { EmulatorEndpoints } from './emulators.ts';
+import type { Provisioned } from './provision.ts';
+
+/**
+ * Written by `npm start` while it runs, so the admin CLI can reach that stack's emulators.
+ * `LOCAL_STACK_FILE` moves it (tests run a second stack beside a developer's own).
+ */
+export const STACK_FILE =
+  process.env.LOCAL_STACK_FILE ?? new URL('../../.local/stack.json', import.meta.url).pathname;
+
+export interface StackFile {
+  readonly url: string;
+  readonly emulators: EmulatorEndpoints;
+  readonly resources: Provisioned;
+}
+
+export const readStackFile = (): StackFile | null =>
+  existsSync(STACK_FILE) ? (JSON.parse(readFileSync(STACK_FILE, 'utf8')) as StackFile) : null;

@@ -1,0 +1,239 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { RequestTooLargeError, RouteNotFoundError } from '#core/errors.ts';
+import { type Config, loadConfig } from '#functions/config.ts';
+import { type Container, createContainer } from '#functions/container.ts';
+import { errorResponse } from '#http/handler.ts';
+import { queues, tables } from '#lib/resources.ts';
+import { type EmulatorEndpoints, localClientConfig, startEmulators } from './emulators.ts';
+import {
+  functionUrlEvent,
+  invocationContext,
+  invokeStreaming,
+  LAMBDA_REQUEST_LIMIT_BYTES,
+  readBody,
+} from './function-url.ts';
+import { installLambdaGlobals, isStreamingHandler, type StreamingHandler } from './lambda-runtime.ts';
+import { type Provisioned, provision } from './provision.ts';
+import { externalDeployments, readCatalog, SIMULATOR_SECRETS, seed, simulatorDeployments } from './seed.ts';
+import { ThreadedSettlementSink } from './settlement-thread.ts';
+import { startServiceWorker } from './workers.ts';
+
+export interface LocalStackOptions {
+  /** Gateway port; 0 picks a free one. Default 8787. */
+  readonly port?: number;
+  readonly host?: string;
+  /** Persist emulator data here (DynamoDB tables, S3 objects); in-memory when absent. */
+  readonly dataDir?: string;
+  /** Reuse running emulators (tests share one set) instead of starting them. */
+  readonly emulators?: EmulatorEndpoints;
+  /** Prefix of every table, queue and bucket name, isolating stacks that share emulators. */
+  readonly prefix?: string;
+  /** Point every seeded deployment at this OpenAI-compatible server; the simulator is then not started. */
+  readonly upstreamBaseUrl?: string;
+  readonly upstreamApiKey?: string;
+  /** Upstream model name for every deployment at `upstreamBaseUrl` (default: the model's own id). */
+  readonly upstreamModel?: string;
+  /** Use an already running simulator (tests drive its faults) instead of starting one. */
+  readonly simulatorUrl?: string;
+  /** Added latency of a simulator started by the stack. */
+  readonly simulatorLatencyMs?: number;
+  readonly demoApiKey?: string;
+  /** Extra function environment (LOG_LEVEL, timeouts, …), as a Lambda's configuration would set it. */
+  readonly functionEnv?: Readonly<Record<string, string>>;
+  readonly log?: (line: string) => void;
+}
+
+export interface LocalStack {
+  readonly url: string;
+  readonly demoApiKey: string;
+  readonly simulatorUrl: string | null;
+  readonly emulators: EmulatorEndpoints;
+  readonly resources: Provisioned;
+  readonly config: Config;
+  readonly container: Container;
+  stop(): Promise<void>;
+}
+
+interface Route {
+  readonly method: string;
+  readonly path: string;
+  /** The Lambda function name this route belongs to (for its invocation context). */
+  readonly name: string;
+  readonly handler: StreamingHandler;
+}
+
+/** See SqsSettlementSink: long enough for a busy local host to fill batches; it delays no client. */
+const LOCAL_SETTLEMENT_LINGER_MS = 20;
+
+/** Lambda timeout of the HTTP functions; the invocation context reports time left against it. */
+const FUNCTION_TIMEOUT_MS = 300_000;
+
+/**
+ * The whole service on one machine: emulators, provisioning and seeding, the upstream simulator, and the
+ * Lambda handlers served over HTTP as Function URL invocations with real response streaming.
+ */
+export const startLocalStack = async (options: LocalStackOptions = {}): Promise<LocalStack> => {
+  const log = options.log ?? (() => {});
+  const stops: (() => Promise<void>)[] = [];
+  const stopAll = async () => {
+    for (const stop of stops.reverse()) await stop().catch(() => {});
+  };
+  try {
+    let emulators: EmulatorEndpoints;
+    if (options.emulators) emulators = options.emulators;
+    else {
+      const started = await startEmulators({ dataDir: options.dataDir, log });
+      stops.push(() => started.stop());
+      emulators = { dynamodb: started.dynamodb, sqs: started.sqs, s3: started.s3 };
+    }
+
+    const resources = await provision(emulators, options.prefix ?? 'svc-local');
+    const models = readCatalog();
+
+    let simulatorUrl: string | null = null;
+    if (!options.upstreamBaseUrl) {
+      if (options.simulatorUrl) simulatorUrl = options.simulatorUrl;
+      else {
+        const simulator = await startServiceWorker<{ url: string }>(
+          new URL('./simulator-worker.ts', import.meta.url),
+          {
+            latencyMs: options.simulatorLatencyMs ?? 0,
+            promptCachingModels: models.filter((m) => m.flags.promptCaching).map((m) => m.id),
+          },
+        );
+        stops.push(() => simulator.stop());
+        simulatorUrl = simulator.ready.url;
+        log(`upstream simulator listening on ${simulatorUrl}`);
+      }
+    }
+    const deployments = options.upstreamBaseUrl
+      ? externalDeployments(models, options.upstreamBaseUrl, {
+          ...(options.upstreamApiKey ? { keyRef: 'env:UPSTREAM_API_KEY' } : {}),
+          ...(options.upstreamModel ? { upstreamModel: options.upstreamModel } : {}),
+        })
+      : simulatorDeployments(models, simulatorUrl as string);
+
+    const { demoApiKey } = await seed({
+      dynamodbEndpoint: emulators.dynamodb,
+      accountsTable: resources.tables.accounts,
+      registryTable: resources.tables.registry,
+      models,
+      deployments,
+      ...(options.demoApiKey ? { demoApiKey: options.demoApiKey } : {}),
+    });
+
+    // The functions' configuration, exactly as their Lambda environment would carry it.
+    const config = loadConfig({
+      ...Object.fromEntries(
+        Object.entries(tables).map(([id, t]) => [t.envVar, resources.tables[id as keyof typeof tables]]),
+      ),
+      [queues.settlement.envVar]: resources.settlementQueueUrl,
+      ...options.functionEnv,
+    });
+    // One thread serves every invocation here, so the SQS work after each response runs on its own thread,
+    // as it would on the invocation's own Lambda instance (see settlement-thread.ts). That thread serves many
+    // invocations at once, so records may share an SQS batch for a few milliseconds.
+    const settlements = await ThreadedSettlementSink.start({
+      client: localClientConfig(emulators.sqs),
+      queueUrl: resources.settlementQueueUrl,
+      lingerMs: LOCAL_SETTLEMENT_LINGER_MS,
+    });
+    stops.push(() => settlements.stop());
+    const container = createContainer(config, {
+      env: {
+        ...SIMULATOR_SECRETS,
+        ...(options.upstreamApiKey ? { UPSTREAM_API_KEY: options.upstreamApiKey } : {}),
+      },
+      aws: { dynamodb: localClientConfig(emulators.dynamodb), sqs: localClientConfig(emulators.sqs) },
+      settlements,
+    });
+    stops.push(() => container.close());
+
+    const routes = await loadRoutes(container);
+    const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
+      serve(routes, req, res).catch((error: unknown) => {
+        container.log.error('local host failed a request', { error });
+        if (!res.headersSent) res.writeHead(500).end();
+        else res.destroy();
+      });
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 8787, options.host ?? '127.0.0.1', resolve);
+    });
+    stops.push(async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    });
+    const { port } = server.address() as AddressInfo;
+    return {
+      url: `http://${options.host ?? '127.0.0.1'}:${port}`,
+      demoApiKey,
+      simulatorUrl,
+      emulators,
+      resources,
+      config,
+      container,
+      stop: stopAll,
+    };
+  } catch (error) {
+    await stopAll();
+    throw error;
+  }
+};
+
+/**
+ * The handlers, as each Lambda would load them: the `awslambda` globals must exist before a handler
+ * module is imported, because middy wraps the handler at import time.
+ */
+const loadRoutes = async (container: Container): Promise<Route[]> => {
+  installLambdaGlobals();
+  const chat = await import('#functions/chat-completions.ts');
+  const routes: Route[] = [
+    {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      name: 'chat-completions',
+      handler: asStreaming(chat.createHandler(() => container)),
+    },
+  ];
+  return routes;
+};
+
+const asStreaming = (handler: unknown): StreamingHandler => {
+  if (!isStreamingHandler(handler)) throw new Error('HTTP handlers must be response-streaming handlers');
+  return handler;
+};
+
+const hostRequestId = () => `req_${randomUUID().replaceAll('-', '')}`;
+
+const serve = async (routes: readonly Route[], req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  const path = (req.url ?? '/').split('?')[0] ?? '/';
+  const route = routes.find((r) => r.path === path && r.method === req.method);
+  if (!route) {
+    send(res, errorResponse(new RouteNotFoundError(req.method ?? 'GET', path), hostRequestId()));
+    req.resume();
+    return;
+  }
+  const body = await readBody(req, LAMBDA_REQUEST_LIMIT_BYTES);
+  if (body === null) {
+    send(res, errorResponse(new RequestTooLargeError(LAMBDA_REQUEST_LIMIT_BYTES), hostRequestId()));
+    return;
+  }
+  await invokeStreaming(
+    route.handler,
+    functionUrlEvent(req, body),
+    invocationContext(route.name, FUNCTION_TIMEOUT_MS),
+    res,
+  );
+};
+
+const send = (
+  res: ServerResponse,
+  response: { statusCode: number; headers: Record<string, string>; body: unknown },
+) => {
+  res.writeHead(response.statusCode, response.headers);
+  res.end(String(response.body));
+};

@@ -1,0 +1,36 @@
+import { Worker } from 'node:worker_threads';
+
+/** A worker thread that reports readiness with its first message and stops on a `stop` message. */
+export interface ServiceWorker<T> {
+  readonly ready: T;
+  /** The worker, for services that keep talking to it after start-up. */
+  readonly port: Worker;
+  stop(): Promise<void>;
+}
+
+export const startServiceWorker = async <T>(script: URL, workerData: unknown): Promise<ServiceWorker<T>> => {
+  const worker = new Worker(script, { workerData });
+  const ready = await new Promise<T>((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+    worker.once('exit', (code) => reject(new Error(`${script.pathname} exited (${code}) during startup`)));
+  });
+  return {
+    ready,
+    port: worker,
+    stop: async () => {
+      const stopped = new Promise<void>((resolve) => {
+        const onMessage = (message: unknown) => {
+          if (message !== 'stopped') return;
+          worker.off('message', onMessage);
+          resolve();
+        };
+        worker.on('message', onMessage);
+      });
+      worker.postMessage('stop');
+      // A clean stop closes sockets first; terminate() anyway so a stuck worker cannot hold the process.
+      await Promise.race([stopped, new Promise((resolve) => setTimeout(resolve, 2_000))]);
+      await worker.terminate();
+    },
+  };
+};
