@@ -1,0 +1,101 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const DEMO_API_KEY = 'svc_live_npmStartTestKey000000000000000001';
+
+let child: ChildProcess;
+let output = '';
+let dir: string;
+const env = () => ({ ...process.env, LOCAL_STACK_FILE: join(dir, 'stack.json') });
+
+const waitFor = (pattern: RegExp, timeoutMs = 60_000): Promise<RegExpMatchArray> =>
+  new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`timed out waiting for ${pattern}:\n${output}`)),
+      timeoutMs,
+    );
+    const check = () => {
+      const match = output.match(pattern);
+      if (match) {
+        clearTimeout(timer);
+        child.stdout?.off('data', check);
+        resolve(match);
+      }
+    };
+    child.stdout?.on('data', check);
+    check();
+  });
+
+const portOpen = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'svc-npm-start-'));
+  child = spawn(process.execPath, ['bin/local.ts'], {
+    cwd: ROOT,
+    env: { ...env(), PORT: '0', DEMO_API_KEY },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout?.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+});
+afterAll(() => {
+  if (child.exitCode === null) child.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('npm start', () => {
+  let gateway: string;
+  let dynamoPort: number;
+
+  it('serves the gateway on its embedded defaults and prints how to use it', async () => {
+    gateway = (await waitFor(/gateway listening on (http:\/\/127\.0\.0\.1:\d+)\/v1/))[1] as string;
+    dynamoPort = Number(
+      (output.match(/DynamoDB Local listening on http:\/\/127\.0\.0\.1:(\d+)/) as RegExpMatchArray)[1],
+    );
+    expect(output).toContain('upstream: simulator at http://127.0.0.1:');
+    const res = await fetch(`${gateway}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${DEMO_API_KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'famA-v4.1-flash', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(200);
+    expect(await portOpen(dynamoPort)).toBe(true);
+  });
+
+  it('lets the admin CLI manage that stack’s keys', async () => {
+    const admin = (...args: string[]) =>
+      promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], { cwd: ROOT, env: env() });
+    const { stdout } = await admin('keys', 'list', 'acct_demo');
+    const keys = JSON.parse(stdout) as { prefix: string; revokedAt: string | null }[];
+    expect(keys).toEqual([expect.objectContaining({ prefix: DEMO_API_KEY.slice(0, 17), revokedAt: null })]);
+    expect(stdout).not.toContain(DEMO_API_KEY);
+  });
+
+  it('stops cleanly on SIGTERM, leaving no JVM behind', async () => {
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(await portOpen(dynamoPort)).toBe(false);
+    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']).catch(() => ({ stdout: '' }));
+    expect(stdout).not.toContain(`-port ${dynamoPort}`);
+    expect(existsSync(join(dir, 'stack.json'))).toBe(false);
+  });
+});

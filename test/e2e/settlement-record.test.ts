@@ -1,0 +1,163 @@
+import { ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { costOf } from '#core/pricing.ts';
+import { localClientConfig } from '#local/emulators.ts';
+import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
+
+let t: TestStack;
+beforeAll(async () => {
+  t = await startTestStack();
+});
+afterAll(() => t?.stop());
+beforeEach(() => drainSettlements(t.stack));
+afterEach(() => t.simulator.resetFaults());
+
+const body = (extra: Record<string, unknown> = {}) => ({
+  model: 'famA-v4.1-flash',
+  messages: [{ role: 'user', content: 'hello' }],
+  ...extra,
+});
+
+describe('the settlement record', () => {
+  it('describes a successful non-stream call completely', async () => {
+    const res = await t.post('/chat/completions', body());
+    const completion = (await res.json()) as { usage: { prompt_tokens: number; completion_tokens: number } };
+    const [record] = await takeSettlements(t.stack, 1);
+    const model = await t.stack.container.registry.catalog().then((c) => c.models.get('famA-v4.1-flash'));
+    expect(record).toMatchObject({
+      v: 1,
+      id: res.headers.get('x-request-id'),
+      requestId: res.headers.get('x-request-id'),
+      endpoint: 'chat.completions',
+      accountId: 'acct_demo',
+      keyPrefix: t.apiKey.slice(0, 17),
+      model: 'famA-v4.1-flash',
+      deployment: 'famA-v4.1-flash@sim-a',
+      provider: 'sim-a',
+      stream: false,
+      status: 200,
+      outcome: 'success',
+      fault: null,
+      hold: null,
+      usage: {
+        promptTokens: completion.usage.prompt_tokens,
+        completionTokens: completion.usage.completion_tokens,
+        cachedPromptTokens: 0,
+        source: 'upstream',
+      },
+    });
+    if (!model || !record?.usage) throw new Error('expected a model and a usage record');
+    expect(record.cost).toBe(costOf(model, record.usage));
+    expect(record?.cost).toBeGreaterThan(0);
+    expect(record?.attempts).toEqual([
+      expect.objectContaining({ deployment: 'famA-v4.1-flash@sim-a', outcome: 'ok' }),
+    ]);
+    expect(record?.timings.totalMs).toBeGreaterThanOrEqual(record?.timings.firstByteMs ?? Number.NaN);
+  });
+
+  it('carries the upstream usage of a stream even when the client did not ask for it', async () => {
+    await (await t.post('/chat/completions', body({ stream: true }))).text();
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ stream: true, outcome: 'success', usage: { source: 'upstream' } });
+    expect(record?.usage?.completionTokens).toBeGreaterThan(0);
+  });
+
+  it('is sent only after the client’s stream has ended', async () => {
+    const res = await t.post(
+      '/chat/completions',
+      body({
+        stream: true,
+        messages: [{ role: 'user', content: 'slowly [[sim: chunk_delay_ms=150 completion_tokens=8]]' }],
+      }),
+    );
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    const sqs = new SQSClient(localClientConfig(t.stack.emulators.sqs));
+    const during = await sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: t.stack.resources.settlementQueueUrl,
+        WaitTimeSeconds: 0,
+        VisibilityTimeout: 0,
+      }),
+    );
+    sqs.destroy();
+    expect(during.Messages ?? []).toHaveLength(0);
+    while (!(await reader.read()).done) {
+      // drain
+    }
+    expect(await takeSettlements(t.stack, 1)).toHaveLength(1);
+  });
+
+  it('records every attempt and the fault when all deployments fail', async () => {
+    t.simulator.setFaults('sim-a', { error: 'server_error' });
+    t.simulator.setFaults('sim-b', { error: 'drop_before' });
+    expect((await t.post('/chat/completions', body())).status).toBe(500);
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ status: 500, outcome: 'upstream_error', cost: 0, usage: null });
+    expect(record?.attempts.map((a) => `${a.provider}:${a.outcome}`)).toEqual([
+      'sim-a:server_error',
+      'sim-a:server_error',
+      'sim-b:dropped',
+    ]);
+    expect(record?.fault?.kind).toBe('dropped');
+  });
+
+  it('marks a stream broken mid-way as interrupted and charges nothing', async () => {
+    t.simulator.setFaults('sim-a', { error: 'drop_mid', dropAfterChunks: 3 });
+    await (await t.post('/chat/completions', body({ stream: true }))).text();
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({
+      status: 200,
+      outcome: 'stream_interrupted',
+      cost: 0,
+      fault: { kind: 'dropped' },
+    });
+  });
+
+  it('charges a client that walks away for what was produced', async () => {
+    const controller = new AbortController();
+    const res = await fetch(`${t.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify(
+        body({
+          stream: true,
+          messages: [{ role: 'user', content: 'x [[sim: chunk_delay_ms=100 completion_tokens=30]]' }],
+        }),
+      ),
+      signal: controller.signal,
+    });
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    await reader.read();
+    controller.abort();
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'client_aborted', usage: { source: 'estimated' } });
+    expect(record?.usage?.completionTokens).toBeLessThan(30);
+    expect(record?.cost).toBeGreaterThan(0);
+  });
+
+  // The body is validated before the key is looked up (ARCHITECTURE.md §5), so neither knows the account.
+  it.each([
+    [
+      'an unknown key',
+      body(),
+      { 'content-type': 'application/json', authorization: 'Bearer svc_live_nopeNOPEnope00000000' },
+      401,
+      'unauthenticated',
+    ],
+    ['a whitelist violation', body({ thinking: { budget: 1 } }), undefined, 400, 'client_error'],
+  ] as const)('is sent for %s too, with no charge', async (_, payload, headers, status, outcome) => {
+    expect((await t.post('/chat/completions', payload, headers ? { ...headers } : undefined)).status).toBe(
+      status,
+    );
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({
+      status,
+      outcome,
+      cost: 0,
+      accountId: null,
+      fault: { kind: 'client', status },
+    });
+  });
+});

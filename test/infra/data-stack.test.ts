@@ -1,0 +1,58 @@
+import { App } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import { describe, expect, it } from 'vitest';
+import { DataStack } from '#lib/data-stack.ts';
+import { physicalName, queues, tables } from '#lib/resources.ts';
+
+const synth = (production: boolean) =>
+  Template.fromStack(new DataStack(new App(), 'data', { stage: production ? 'prod' : 'dev', production }));
+
+describe('the data stack', () => {
+  const template = synth(false);
+
+  it.each(Object.values(tables))(
+    'builds table $id from the shared definition the local host uses',
+    (definition) => {
+      const keys = [definition.partitionKey, ...('sortKey' in definition ? [definition.sortKey] : [])];
+      template.hasResourceProperties('AWS::DynamoDB::GlobalTable', {
+        TableName: physicalName('svc-dev', definition.id),
+        KeySchema: keys.map((k, i) => ({ AttributeName: k.name, KeyType: i === 0 ? 'HASH' : 'RANGE' })),
+        BillingMode: 'PAY_PER_REQUEST',
+        Replicas: [
+          Match.objectLike({ PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true } }),
+        ],
+        ...('globalIndexes' in definition
+          ? {
+              GlobalSecondaryIndexes: definition.globalIndexes.map((index) =>
+                Match.objectLike({
+                  IndexName: index.name,
+                  KeySchema: [
+                    { AttributeName: index.partitionKey.name, KeyType: 'HASH' },
+                    { AttributeName: index.sortKey.name, KeyType: 'RANGE' },
+                  ],
+                }),
+              ),
+            }
+          : {}),
+        ...('ttlAttribute' in definition
+          ? { TimeToLiveSpecification: { AttributeName: definition.ttlAttribute, Enabled: true } }
+          : {}),
+      });
+    },
+  );
+
+  it('redrives settlement messages to the DLQ after 5 receives, with a visibility timeout of 6× the consumer', () => {
+    template.hasResourceProperties('AWS::SQS::Queue', {
+      QueueName: 'svc-dev-settlement',
+      VisibilityTimeout: queues.settlement.visibilityTimeoutSeconds,
+      RedrivePolicy: { maxReceiveCount: 5, deadLetterTargetArn: Match.anyValue() },
+    });
+    expect(queues.settlement.visibilityTimeoutSeconds).toBeGreaterThanOrEqual(6 * 30);
+  });
+
+  it('protects production tables from deletion', () => {
+    synth(true).hasResourceProperties('AWS::DynamoDB::GlobalTable', {
+      Replicas: [Match.objectLike({ DeletionProtectionEnabled: true })],
+    });
+  });
+});

@@ -1,0 +1,103 @@
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { promisify } from 'node:util';
+import { DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
+import { startTestStack, type TestStack } from '#test/stack.ts';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+
+let t: TestStack;
+beforeAll(async () => {
+  // No key caching here, so a revocation shows on the very next request.
+  t = await startTestStack({ functionEnv: { KEY_CACHE_TTL_MS: '0' } });
+});
+afterAll(() => t?.stop());
+
+/** The admin CLI as an operator runs it against AWS: table name and the standard AWS_* variables. */
+const admin = async (...args: string[]) => {
+  const { stdout } = await promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      ...LOCAL_AWS_ENV,
+      ACCOUNTS_TABLE: t.stack.resources.tables.accounts,
+      AWS_ENDPOINT_URL_DYNAMODB: t.stack.emulators.dynamodb,
+    },
+  });
+  return stdout.trim();
+};
+
+const chat = (key: string) =>
+  t.post(
+    '/chat/completions',
+    { model: 'famA-v4.1-flash', messages: [{ role: 'user', content: 'hi' }] },
+    {
+      authorization: `Bearer ${key}`,
+      'content-type': 'application/json',
+    },
+  );
+
+describe('API keys through the admin CLI', () => {
+  let accountId: string;
+  let key: string;
+
+  it('creates an account and a key that is shown once and works at once', async () => {
+    accountId = (
+      JSON.parse(await admin('accounts', 'create', '--name', 'Ada')) as { id: string; tier: string }
+    ).id;
+    expect(accountId).toMatch(/^acct_/);
+    const out = await admin('keys', 'create', accountId, '--name', 'laptop');
+    key = out.split('\n')[0] as string;
+    expect(key).toMatch(/^svc_live_[A-Za-z0-9]{40}$/);
+    expect((await chat(key)).status).toBe(200);
+  });
+
+  it('stores only the SHA-256 of a key, never the key', async () => {
+    const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
+    const { Items = [] } = await client.send(
+      new ScanCommand({ TableName: t.stack.resources.tables.accounts }),
+    );
+    client.destroy();
+    const dump = JSON.stringify(Items);
+    expect(dump).not.toContain(key);
+    expect(dump).not.toContain(key.slice(17));
+    expect(dump).toContain(createHash('sha256').update(key).digest('hex'));
+  });
+
+  it('lists keys by public prefix only', async () => {
+    const listed = JSON.parse(await admin('keys', 'list', accountId)) as { prefix: string; name: string }[];
+    expect(listed).toEqual([
+      expect.objectContaining({ prefix: key.slice(0, 17), name: 'laptop', revokedAt: null }),
+    ]);
+  });
+
+  it('revokes a key, after which the gateway answers 401 invalid_api_key', async () => {
+    expect(await admin('keys', 'revoke', accountId, key.slice(0, 17))).toContain('revoked 1 key');
+    const res = await chat(key);
+    expect(res.status).toBe(401);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('invalid_api_key');
+    const listed = JSON.parse(await admin('keys', 'list', accountId)) as { revokedAt: string | null }[];
+    expect(listed[0]?.revokedAt).not.toBeNull();
+  });
+
+  it.each([
+    ['missing', undefined],
+    ['malformed', 'Bearer not-a-key'],
+    ['unknown', 'Bearer svc_live_unknownUNKNOWNunknown0000000000'],
+  ])('answers 401 invalid_api_key for a %s key', async (_, authorization) => {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (authorization) headers.authorization = authorization;
+    const res = await t.post(
+      '/chat/completions',
+      { model: 'famA-v4.1-flash', messages: [{ role: 'user', content: 'x' }] },
+      headers,
+    );
+    expect(res.status).toBe(401);
+    expect(((await res.json()) as { error: { code: string; type: string } }).error).toMatchObject({
+      code: 'invalid_api_key',
+      type: 'invalid_request_error',
+    });
+  });
+});

@@ -1,0 +1,130 @@
+import { randomBytes } from 'node:crypto';
+import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import OpenAI from 'openai';
+import { inject } from 'vitest';
+import type { SettlementRecord } from '#core/settlement.ts';
+import { localClientConfig } from '#local/emulators.ts';
+import { readCatalog } from '#local/seed.ts';
+import { type LocalStack, type LocalStackOptions, startLocalStack } from '#local/stack.ts';
+import { type Simulator, type SimulatorOptions, startSimulator } from '#sim/server.ts';
+
+export interface TestStack {
+  readonly stack: LocalStack;
+  readonly simulator: Simulator;
+  /** Base URL of the API, ending in /v1. */
+  readonly baseURL: string;
+  readonly apiKey: string;
+  /** The official SDK pointed at the gateway, with retries off so each call is one request. */
+  openai(options?: { apiKey?: string }): OpenAI;
+  /** POSTs JSON to an API path with the demo key (or the given headers). */
+  post(path: string, body: unknown, headers?: Record<string, string>): Promise<Response>;
+  stop(): Promise<void>;
+}
+
+/** Fast timeouts so fault tests finish quickly; quiet logs. */
+const TEST_FUNCTION_ENV = {
+  LOG_LEVEL: 'silent',
+  UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS: '1500',
+  UPSTREAM_COMPLETION_TIMEOUT_MS: '3000',
+  UPSTREAM_IDLE_TIMEOUT_MS: '3000',
+};
+
+/**
+ * A whole local stack on the shared emulators, with its own simulator (so a test file can inject faults
+ * without disturbing others) and its own table/queue prefix.
+ */
+export const startTestStack = async (
+  options: Partial<LocalStackOptions> & { simulatorOptions?: SimulatorOptions } = {},
+): Promise<TestStack> => {
+  const { simulatorOptions, functionEnv, ...stackOptions } = options;
+  const simulator = await startSimulator({
+    promptCachingModels: readCatalog()
+      .filter((m) => m.flags.promptCaching)
+      .map((m) => m.id),
+    ...simulatorOptions,
+  });
+  const stack = await startLocalStack({
+    port: 0,
+    emulators: inject('emulators'),
+    prefix: `t${randomBytes(4).toString('hex')}`,
+    simulatorUrl: simulator.url,
+    functionEnv: { ...TEST_FUNCTION_ENV, ...functionEnv },
+    ...stackOptions,
+  });
+  const baseURL = `${stack.url}/v1`;
+  return {
+    stack,
+    simulator,
+    baseURL,
+    apiKey: stack.demoApiKey,
+    openai: (o = {}) =>
+      new OpenAI({ baseURL, apiKey: o.apiKey ?? stack.demoApiKey, maxRetries: 0, timeout: 20_000 }),
+    post: (path, body, headers) =>
+      fetch(`${baseURL}${path}`, {
+        method: 'POST',
+        headers: headers ?? {
+          authorization: `Bearer ${stack.demoApiKey}`,
+          'content-type': 'application/json',
+        },
+        body: typeof body === 'string' ? body : JSON.stringify(body),
+      }),
+    stop: async () => {
+      await stack.stop();
+      await simulator.close();
+    },
+  };
+};
+
+/** Receives (and deletes) what is on a stack's settlement queue now; empty when there is nothing. */
+const receiveSettlements = async (sqs: SQSClient, stack: LocalStack): Promise<SettlementRecord[]> => {
+  const queueUrl = stack.resources.settlementQueueUrl;
+  // The emulator's long poll waits out its whole period; a short poll returns as soon as a message is in.
+  const { Messages = [] } = await sqs.send(
+    new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 0 }),
+  );
+  if (Messages.length > 0) {
+    await sqs.send(
+      new DeleteMessageBatchCommand({
+        QueueUrl: queueUrl,
+        Entries: Messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
+      }),
+    );
+  }
+  return Messages.map((m) => JSON.parse(m.Body ?? '{}') as SettlementRecord);
+};
+
+/** Empties a stack's settlement queue (what previous tests left behind). */
+export const drainSettlements = async (stack: LocalStack): Promise<void> => {
+  const sqs = new SQSClient(localClientConfig(stack.emulators.sqs));
+  try {
+    while ((await receiveSettlements(sqs, stack)).length > 0) {
+      // keep draining
+    }
+  } finally {
+    sqs.destroy();
+  }
+};
+
+/**
+ * Reads settlement records from a stack's queue until `count` have arrived (or the timeout passes), deleting
+ * them so the next read starts fresh.
+ */
+export const takeSettlements = async (
+  stack: LocalStack,
+  count: number,
+  timeoutMs = 5_000,
+): Promise<SettlementRecord[]> => {
+  const sqs = new SQSClient(localClientConfig(stack.emulators.sqs));
+  const records: SettlementRecord[] = [];
+  const deadline = Date.now() + timeoutMs;
+  try {
+    while (records.length < count && Date.now() < deadline) {
+      const received = await receiveSettlements(sqs, stack);
+      if (received.length === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+      records.push(...received);
+    }
+  } finally {
+    sqs.destroy();
+  }
+  return records;
+};

@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import { sseData } from '#adapters/upstream/sse.ts';
+
+const collect = async (chunks: string[]): Promise<string[]> => {
+  async function* source() {
+    for (const chunk of chunks) yield new TextEncoder().encode(chunk);
+  }
+  const out: string[] = [];
+  for await (const data of sseData(source())) out.push(data);
+  return out;
+};
+
+describe('sseData', () => {
+  it('yields each event as soon as its blank line arrives, across chunk boundaries', async () => {
+    expect(await collect(['data: {"a":', '1}\n', '\ndata: [DONE]\n\n'])).toEqual(['{"a":1}', '[DONE]']);
+  });
+
+  it('handles CRLF line endings, comments and multi-line data', async () => {
+    expect(
+      await collect([': keep-alive\r\n\r\ndata: one\r\ndata: two\r\n\r\nevent: x\r\ndata:three\r\n\r\n']),
+    ).toEqual(['one\ntwo', 'three']);
+  });
+
+  it('keeps multi-byte characters split across chunks intact', async () => {
+    const bytes = new TextEncoder().encode('data: héllo 👋\n\n');
+    async function* split() {
+      yield bytes.slice(0, 8);
+      yield bytes.slice(8, 15);
+      yield bytes.slice(15);
+    }
+    const out: string[] = [];
+    for await (const data of sseData(split())) out.push(data);
+    expect(out).toEqual(['héllo 👋']);
+  });
+
+  it('yields a final event that ends without a blank line', async () => {
+    expect(await collect(['data: last'])).toEqual(['last']);
+  });
+});

@@ -1,0 +1,129 @@
+import { describe, expect, it } from 'vitest';
+import {
+  type ChatRequest,
+  DEFAULT_MAX_TOKENS,
+  DEFAULT_TEMPERATURE,
+  IMAGE_TOKEN_ESTIMATE,
+  LANGUAGE_SYSTEM_MESSAGE,
+  prepareChat,
+  upstreamChatBody,
+} from '#core/chat.ts';
+import { InvalidRequestError } from '#core/errors.ts';
+import { chatModel, deployment, wordCounter } from '#test/fixtures.ts';
+
+const request = (overrides: Partial<ChatRequest> = {}): ChatRequest => ({
+  model: 'famA-test',
+  messages: [{ role: 'user', content: 'hello there' }],
+  ...overrides,
+});
+
+describe('the auto-language rule (spec §4 rule 2)', () => {
+  const auto = chatModel({ id: 'svc-auto', flags: { autoLanguage: true } });
+
+  it('adds the language system message first when an auto model gets no system message', () => {
+    const prepared = prepareChat(request(), auto, wordCounter);
+    expect(prepared.messages[0]).toEqual({ role: 'system', content: LANGUAGE_SYSTEM_MESSAGE });
+    expect(prepared.messages.slice(1)).toEqual(request().messages);
+  });
+
+  it('leaves the messages alone when the client sent a system message', () => {
+    const messages: ChatRequest['messages'] = [
+      { role: 'user', content: 'hi' },
+      { role: 'system', content: 'be brief' },
+    ];
+    expect(prepareChat(request({ messages }), auto, wordCounter).messages).toBe(messages);
+  });
+
+  it('never adds it for other models', () => {
+    expect(prepareChat(request(), chatModel(), wordCounter).messages).toEqual(request().messages);
+  });
+});
+
+describe('image input', () => {
+  const withImage = request({
+    messages: [
+      { role: 'system', content: 'x' },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'look' },
+          { type: 'image_url', image_url: { url: 'data:,' } },
+        ],
+      },
+    ],
+  });
+
+  it('is refused on a text-only model, naming the part', () => {
+    expect(() => prepareChat(withImage, chatModel(), wordCounter)).toThrow(
+      expect.objectContaining({ status: 400, param: 'messages[1].content[1]', code: 'invalid_value' }),
+    );
+  });
+
+  it('is accepted on a multimodal model and estimated generously', () => {
+    const prepared = prepareChat(withImage, chatModel({ flags: { multimodal: true } }), wordCounter);
+    // 3 priming + 2 × 3 per message + "x" + "look" + one image
+    expect(prepared.promptTokens).toBe(3 + 6 + 1 + 1 + IMAGE_TOKEN_ESTIMATE);
+  });
+});
+
+describe('the completion cap', () => {
+  it('is the client max_tokens when it fits the context window', () => {
+    expect(prepareChat(request({ max_tokens: 100 }), chatModel(), wordCounter).maxTokens).toBe(100);
+  });
+
+  it('defaults to DEFAULT_MAX_TOKENS, or what is left of the context window', () => {
+    expect(prepareChat(request(), chatModel(), wordCounter).maxTokens).toBe(DEFAULT_MAX_TOKENS);
+    const small = chatModel({ contextWindow: 100 });
+    const prepared = prepareChat(request(), small, wordCounter);
+    expect(prepared.maxTokens).toBe(100 - prepared.promptTokens);
+  });
+
+  it('follows a model-specific default', () => {
+    const big = chatModel({ contextWindow: 1_048_576, defaultMaxTokens: 16_384 });
+    expect(prepareChat(request(), big, wordCounter).maxTokens).toBe(16_384);
+  });
+
+  it('refuses a request that cannot fit the context window with context_length_exceeded', () => {
+    const error = (() => {
+      try {
+        prepareChat(request({ max_tokens: 9_999 }), chatModel(), wordCounter);
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(error).toBeInstanceOf(InvalidRequestError);
+    expect(error).toMatchObject({ status: 400, code: 'context_length_exceeded' });
+  });
+});
+
+describe('the upstream body', () => {
+  it('carries the deployment model, the default temperature and the cap', () => {
+    const prepared = prepareChat(request(), chatModel(), wordCounter);
+    const body = upstreamChatBody(prepared, deployment());
+    expect(body).toMatchObject({
+      model: 'upstream-model',
+      temperature: DEFAULT_TEMPERATURE,
+      max_tokens: DEFAULT_MAX_TOKENS,
+    });
+    expect(body).not.toHaveProperty('stream_options');
+  });
+
+  it('keeps the client temperature, including 0', () => {
+    const prepared = prepareChat(request({ temperature: 0 }), chatModel(), wordCounter);
+    expect(upstreamChatBody(prepared, deployment()).temperature).toBe(0);
+  });
+
+  it('forces include_usage upstream for streams even when the client did not ask (rule 4)', () => {
+    const prepared = prepareChat(request({ stream: true }), chatModel(), wordCounter);
+    expect(prepared.clientWantsUsage).toBe(false);
+    expect(upstreamChatBody(prepared, deployment()).stream_options).toEqual({ include_usage: true });
+  });
+
+  it('adds reasoning parameters only for reasoning-tier models (rule 1)', () => {
+    const reasoningDeployment = deployment({ reasoningParams: { reasoning_effort: 'medium' } });
+    const plain = prepareChat(request(), chatModel(), wordCounter);
+    const reasoning = prepareChat(request(), chatModel({ flags: { reasoning: true } }), wordCounter);
+    expect(upstreamChatBody(plain, reasoningDeployment)).not.toHaveProperty('reasoning_effort');
+    expect(upstreamChatBody(reasoning, reasoningDeployment).reasoning_effort).toBe('medium');
+  });
+});

@@ -1,0 +1,89 @@
+import { describe, expect, it } from 'vitest';
+import { EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from '#core/errors.ts';
+import { type Attempt, type FailureKind, UpstreamFailure, withFallback } from '#core/fallback.ts';
+import type { Deployment } from '#core/registry.ts';
+import { deployment, manualClock } from '#test/fixtures.ts';
+
+const a = deployment({ id: 'a', provider: 'pa', keyRefs: ['env:A1', 'env:A2', 'env:A3'] });
+const b = deployment({ id: 'b', provider: 'pb', keyRefs: ['env:B1'] });
+
+/** Runs withFallback where `script` says how each (deployment, key) call ends. */
+const run = async (
+  script: (d: Deployment, keyIndex: number) => FailureKind | 'ok',
+  options: { cycleKeys?: boolean; maxAttempts?: number; random?: () => number } = {},
+) => {
+  const attempts: Attempt[] = [];
+  const calls: string[] = [];
+  const result = await withFallback(
+    [a, b],
+    {
+      cycleKeys: options.cycleKeys ?? true,
+      maxAttempts: options.maxAttempts ?? 10,
+      clock: manualClock(),
+      random: options.random ?? (() => 0),
+      attempts,
+    },
+    async (d, keyIndex) => {
+      calls.push(`${d.id}#${keyIndex}`);
+      const outcome = script(d, keyIndex);
+      if (outcome === 'ok') return `${d.id}#${keyIndex}`;
+      throw new UpstreamFailure(outcome, outcome, { status: outcome === 'overloaded' ? 429 : 500 });
+    },
+  ).catch((error: unknown) => error);
+  return { result, calls, attempts };
+};
+
+describe('withFallback', () => {
+  it('serves from the first deployment when it answers', async () => {
+    const { result, calls } = await run(() => 'ok');
+    expect(result).toMatchObject({ value: 'a#0', deployment: a });
+    expect(calls).toEqual(['a#0']);
+  });
+
+  it('cycles the deployment keys on upstream faults before falling back (non-stream)', async () => {
+    const { result, calls, attempts } = await run((d, k) => (d.id === 'a' && k < 2 ? 'server_error' : 'ok'));
+    expect(calls).toEqual(['a#0', 'a#1', 'a#2']);
+    expect(result).toMatchObject({ value: 'a#2' });
+    expect(attempts.map((x) => x.outcome)).toEqual(['server_error', 'server_error', 'ok']);
+  });
+
+  it('starts on a random key and wraps around', async () => {
+    const { calls } = await run((d) => (d.id === 'a' ? 'rate_limited' : 'ok'), { random: () => 0.5 });
+    expect(calls).toEqual(['a#1', 'a#2', 'a#0', 'b#0']);
+  });
+
+  it('moves to the next deployment at once on transport failures: keys cannot help', async () => {
+    const { calls, result } = await run((d) => (d.id === 'a' ? 'connect' : 'ok'));
+    expect(calls).toEqual(['a#0', 'b#0']);
+    expect(result).toMatchObject({ deployment: b });
+  });
+
+  it('does not cycle keys when told not to (streams)', async () => {
+    const { calls } = await run((d) => (d.id === 'a' ? 'server_error' : 'ok'), { cycleKeys: false });
+    expect(calls).toEqual(['a#0', 'b#0']);
+  });
+
+  it('answers 429 engine_overloaded when every attempt was busy', async () => {
+    const { result } = await run(() => 'overloaded');
+    expect(result).toBeInstanceOf(EngineOverloadedError);
+    expect(result).toMatchObject({ status: 429, code: 'engine_overloaded' });
+  });
+
+  it('answers 500 when any attempt failed for another reason', async () => {
+    const { result } = await run((d) => (d.id === 'a' ? 'overloaded' : 'dropped'));
+    expect(result).toBeInstanceOf(UpstreamFaultError);
+    expect(result).toMatchObject({ status: 500 });
+  });
+
+  it('stops at once and passes the refusal on when the upstream rejects the request itself', async () => {
+    const { result, calls } = await run(() => 'rejected');
+    expect(result).toBeInstanceOf(InvalidRequestError);
+    expect(calls).toEqual(['a#0']);
+  });
+
+  it('never makes more than maxAttempts calls', async () => {
+    const { calls, result } = await run(() => 'server_error', { maxAttempts: 2 });
+    expect(calls).toHaveLength(2);
+    expect(result).toBeInstanceOf(UpstreamFaultError);
+  });
+});

@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { planRoute } from '#core/routing.ts';
+import { deployment } from '#test/fixtures.ts';
+
+/** A deterministic uniform sequence (a linear congruential generator). */
+const seeded = (seed: number) => () => {
+  seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+  return seed / 2 ** 31;
+};
+
+describe('planRoute', () => {
+  it('orders deployments by ascending priority', () => {
+    const plan = planRoute(
+      [
+        deployment({ id: 'c', priority: 3 }),
+        deployment({ id: 'a', priority: 1 }),
+        deployment({ id: 'b', priority: 2 }),
+      ],
+      Math.random,
+    );
+    expect(plan.map((d) => d.id)).toEqual(['a', 'b', 'c']);
+  });
+
+  it('spreads first choices by weight within a priority, keeping every deployment in the plan', () => {
+    const group = [deployment({ id: 'heavy', weight: 3 }), deployment({ id: 'light', weight: 1 })];
+    const random = seeded(42);
+    const firsts = { heavy: 0, light: 0 };
+    for (let i = 0; i < 4000; i++) {
+      const plan = planRoute(group, random);
+      expect(plan).toHaveLength(2);
+      firsts[plan[0]?.id as 'heavy' | 'light']++;
+    }
+    expect(firsts.heavy / 4000).toBeGreaterThan(0.7);
+    expect(firsts.heavy / 4000).toBeLessThan(0.8);
+  });
+
+  it('never puts a zero-weight deployment first while another can serve', () => {
+    const group = [deployment({ id: 'off', weight: 0 }), deployment({ id: 'on', weight: 1 })];
+    for (let i = 0; i < 100; i++) expect(planRoute(group, Math.random)[0]?.id).toBe('on');
+  });
+});

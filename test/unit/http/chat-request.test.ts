@@ -1,0 +1,148 @@
+import { describe, expect, it } from 'vitest';
+import { InvalidRequestError } from '#core/errors.ts';
+import { parseChatRequest } from '#http/schemas/chat-completions.ts';
+
+const valid = { model: 'm', messages: [{ role: 'user', content: 'hi' }] };
+
+const rejection = (body: unknown): InvalidRequestError => {
+  try {
+    parseChatRequest(body);
+  } catch (error) {
+    if (error instanceof InvalidRequestError) return error;
+    throw error;
+  }
+  throw new Error('expected the body to be refused');
+};
+
+describe('the chat completions whitelist', () => {
+  it('accepts every parameter of spec §4', () => {
+    const body = {
+      ...valid,
+      stream: true,
+      max_tokens: 10,
+      temperature: 1.5,
+      top_p: 0.9,
+      stop: ['\n'],
+      presence_penalty: 0.5,
+      frequency_penalty: -0.5,
+      response_format: { type: 'json_object' },
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } }],
+      tool_choice: 'auto',
+      seed: 7,
+      n: 2,
+      stream_options: { include_usage: true },
+    };
+    expect(parseChatRequest(body)).toEqual(body);
+  });
+
+  it.each([
+    'thinking',
+    'reasoning_effort',
+    'max_completion_tokens',
+    'logprobs',
+    'user',
+    'parallel_tool_calls',
+  ])('refuses %s with a 400 naming it', (param) => {
+    const error = rejection({ ...valid, [param]: 'x' });
+    expect(error.status).toBe(400);
+    expect(error.code).toBe('unsupported_parameter');
+    expect(error.param).toBe(param);
+    expect(error.message).toContain(param);
+  });
+
+  it('treats null as "not given", as OpenAI does', () => {
+    expect(parseChatRequest({ ...valid, temperature: null, stop: null })).toEqual(valid);
+  });
+
+  it('names a missing required parameter', () => {
+    expect(rejection({ messages: valid.messages })).toMatchObject({
+      code: 'missing_required_parameter',
+      param: 'model',
+    });
+    expect(rejection({ model: 'm' })).toMatchObject({
+      code: 'missing_required_parameter',
+      param: 'messages',
+    });
+  });
+});
+
+describe('types and ranges', () => {
+  it.each([
+    ['temperature', 2.01],
+    ['temperature', -0.1],
+    ['top_p', 1.5],
+    ['presence_penalty', 3],
+    ['n', 0],
+    ['n', 9],
+    ['max_tokens', 0],
+    ['max_tokens', 1.5],
+    ['seed', 'x'],
+    ['stream', 'yes'],
+  ])('refuses %s = %j, naming it', (param, value) => {
+    expect(rejection({ ...valid, [param]: value }).param).toBe(param);
+  });
+
+  it('accepts the temperature bounds 0 and 2', () => {
+    expect(parseChatRequest({ ...valid, temperature: 0 }).temperature).toBe(0);
+    expect(parseChatRequest({ ...valid, temperature: 2 }).temperature).toBe(2);
+  });
+
+  it('refuses an unknown field inside stream_options', () => {
+    expect(rejection({ ...valid, stream_options: { include_usage: true, extra: 1 } }).param).toBe(
+      'stream_options.extra',
+    );
+  });
+});
+
+describe('messages', () => {
+  it('accepts system, user, assistant (with tool calls) and tool results', () => {
+    const messages = [
+      { role: 'system', content: 'be brief' },
+      { role: 'user', content: [{ type: 'text', text: 'weather?' }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{}' } }],
+      },
+      { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
+    ];
+    expect(parseChatRequest({ ...valid, messages }).messages).toHaveLength(4);
+  });
+
+  it('refuses an unknown role, naming the message', () => {
+    const error = rejection({ ...valid, messages: [{ role: 'wizard', content: 'x' }] });
+    expect(error.param).toBe('messages[0].role');
+  });
+
+  it('refuses a tool result without tool_call_id', () => {
+    expect(rejection({ ...valid, messages: [{ role: 'tool', content: 'x' }] }).param).toBe(
+      'messages[0].tool_call_id',
+    );
+  });
+
+  it('refuses an assistant message with neither content nor tool calls', () => {
+    expect(rejection({ ...valid, messages: [{ role: 'assistant' }] }).param).toBe('messages[0].content');
+  });
+
+  it('refuses content that is neither text nor parts', () => {
+    expect(rejection({ ...valid, messages: [{ role: 'user', content: 42 }] }).param).toBe(
+      'messages[0].content',
+    );
+  });
+
+  it('refuses an empty message list', () => {
+    expect(rejection({ ...valid, messages: [] }).param).toBe('messages');
+  });
+
+  it('refuses a non-object body', () => {
+    expect(rejection([1, 2]).status).toBe(400);
+  });
+});
+
+describe('assistant history', () => {
+  it('accepts an assistant message exactly as a completion returned it, dropping its annotations', () => {
+    const returned = { role: 'assistant', content: 'hi', refusal: null, annotations: [] };
+    const request = parseChatRequest({ ...valid, messages: [...valid.messages, returned] });
+    expect(request.messages[1]).toEqual({ role: 'assistant', content: 'hi', refusal: null });
+  });
+});

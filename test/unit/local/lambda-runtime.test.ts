@@ -1,0 +1,102 @@
+import type { ServerResponse } from 'node:http';
+import { describe, expect, it } from 'vitest';
+import { installLambdaGlobals, isStreamingHandler, LambdaResponseStream } from '#local/lambda-runtime.ts';
+
+/** Records what a Node ServerResponse would have been asked to send. */
+const fakeResponse = () => {
+  const sent = { status: 0, headers: {} as Record<string, unknown>, body: '', ended: false };
+  const res = {
+    writeHead: (status: number, headers: Record<string, unknown>) => {
+      sent.status = status;
+      sent.headers = headers;
+    },
+    cork: () => {},
+    uncork: () => {},
+    write: (chunk: Buffer) => {
+      sent.body += chunk.toString();
+      return true;
+    },
+    end: (...args: unknown[]) => {
+      if (Buffer.isBuffer(args[0])) sent.body += args[0].toString();
+      sent.ended = true;
+      (args.find((a) => typeof a === 'function') as () => void)();
+    },
+    once: () => {},
+    destroy: () => {},
+    writableEnded: false,
+    writableNeedDrain: false,
+  };
+  return { res: res as unknown as ServerResponse, sent };
+};
+
+const finish = (stream: LambdaResponseStream) => new Promise<void>((resolve) => stream.end(resolve));
+
+installLambdaGlobals();
+const { HttpResponseStream, streamifyResponse } = (
+  globalThis as unknown as {
+    awslambda: {
+      HttpResponseStream: { from(s: LambdaResponseStream, p: object): LambdaResponseStream };
+      streamifyResponse(h: unknown): unknown;
+    };
+  }
+).awslambda;
+
+describe('the local response stream', () => {
+  it('decodes the HttpResponseStream prelude into status, headers and cookies', async () => {
+    const { res, sent } = fakeResponse();
+    const stream = HttpResponseStream.from(new LambdaResponseStream(res), {
+      statusCode: 201,
+      headers: { 'x-a': '1' },
+      cookies: ['a=b'],
+    });
+    stream.write('hello ');
+    stream.write('world');
+    await finish(stream);
+    expect(sent).toEqual({
+      status: 201,
+      headers: { 'x-a': '1', 'set-cookie': ['a=b'] },
+      body: 'hello world',
+      ended: true,
+    });
+  });
+
+  it('finds the prelude delimiter when it is split across writes', async () => {
+    const { res, sent } = fakeResponse();
+    const stream = new LambdaResponseStream(res);
+    stream.setContentType('application/vnd.awslambda.http-integration-response');
+    stream.write('{"statusCode":404}\0\0\0');
+    stream.write(Buffer.from([0, 0, 0, 0, 0, 0x62]));
+    stream.write('ody');
+    await finish(stream);
+    expect(sent.status).toBe(404);
+    expect(sent.body).toBe('body');
+  });
+
+  it('sends a plain stream with its content type and status 200', async () => {
+    const { res, sent } = fakeResponse();
+    const stream = new LambdaResponseStream(res);
+    stream.setContentType('text/plain');
+    stream.write('x');
+    await finish(stream);
+    expect(sent).toMatchObject({ status: 200, headers: { 'content-type': 'text/plain' }, body: 'x' });
+  });
+
+  it('completes a response whose body is empty', async () => {
+    const { res, sent } = fakeResponse();
+    const stream = HttpResponseStream.from(new LambdaResponseStream(res), { statusCode: 204, headers: {} });
+    stream.write('');
+    await finish(stream);
+    expect(sent).toMatchObject({ status: 204, body: '', ended: true });
+  });
+
+  it('refuses a content type change after the first write, like the runtime', () => {
+    const stream = new LambdaResponseStream(fakeResponse().res);
+    stream.write('x');
+    expect(() => stream.setContentType('text/plain')).toThrow(/too late/);
+  });
+
+  it('marks handlers wrapped by streamifyResponse as streaming', () => {
+    expect(isStreamingHandler(streamifyResponse(async () => {}))).toBe(true);
+    expect(isStreamingHandler(async () => {})).toBe(false);
+  });
+});
