@@ -1,13 +1,14 @@
+import type { Admitted } from './admission.ts';
 import type { Principal } from './authenticator.ts';
 import { type Attempt, UpstreamFailure } from './fallback.ts';
 import type { Clock } from './ports.ts';
 import { costOf } from './pricing.ts';
 import type { Deployment, Model } from './registry.ts';
 import {
+  type AdmissionRef,
   classifyError,
   type Endpoint,
   type Fault,
-  type HoldRef,
   type Outcome,
   type SettlementRecord,
 } from './settlement.ts';
@@ -29,7 +30,13 @@ export class CallRecorder {
   model: Model | null = null;
   deployment: Deployment | null = null;
   stream = false;
-  hold: HoldRef | null = null;
+  admission: AdmissionRef | null = null;
+  /** `x-ratelimit-*` headers from admission, for whatever response the call ends with. */
+  limitHeaders: Record<string, string> = {};
+  /** How long admission's store round trip took, ms (null: not admitted, or metering off). */
+  admissionMs: number | null = null;
+  /** From the first upstream attempt to the serving deployment's first byte, ms. */
+  upstreamMs: number | null = null;
   #firstByteAt: number | null = null;
   #end: { outcome: Outcome; status: number; usage: Usage | null; fault: Fault | null } | null = null;
 
@@ -37,7 +44,25 @@ export class CallRecorder {
     this.endpoint = endpoint;
     this.requestId = requestId;
     this.#clock = clock;
-    this.receivedAt = clock.now();
+    // Whole milliseconds: it orders the ledger and names the day of the usage aggregates.
+    this.receivedAt = Math.floor(clock.now());
+  }
+
+  admitted(admitted: Admitted): void {
+    this.admission = {
+      hold: admitted.hold,
+      estimatedTokens: admitted.estimatedTokens,
+      tokenEmissionUs: admitted.tokenEmissionUs,
+    };
+    this.limitHeaders = admitted.headers;
+  }
+
+  /** `Server-Timing` for the response: where the gateway's time went, for clients and operators alike. */
+  serverTiming(): string | null {
+    const parts: string[] = [];
+    if (this.admissionMs !== null) parts.push(`admit;dur=${this.admissionMs.toFixed(2)}`);
+    if (this.upstreamMs !== null) parts.push(`upstream;dur=${this.upstreamMs.toFixed(2)}`);
+    return parts.length > 0 ? parts.join(', ') : null;
   }
 
   /** The response status line and headers are about to leave. */
@@ -106,13 +131,15 @@ export class CallRecorder {
       outcome: end.outcome,
       usage: end.usage,
       cost,
-      hold: this.hold,
+      admission: this.admission,
       fault: end.fault,
       attempts: this.attempts,
       timings: {
         receivedAt: this.receivedAt,
         firstByteMs: this.#firstByteAt === null ? null : this.#firstByteAt - this.receivedAt,
         totalMs: now - this.receivedAt,
+        admissionMs: this.admissionMs,
+        upstreamMs: this.upstreamMs,
       },
     };
   }

@@ -142,6 +142,59 @@ export class ServiceUnavailableError extends ApiError {
   readonly status = 503;
   readonly type = 'service_unavailable';
   constructor(message: string, cause?: unknown) {
-    super(message, 'no_eligible_model', { cause });
+    super(message, 'no_eligible_model', { cause, headers: { 'retry-after': '1' } });
+  }
+}
+
+/** 429: the account's own limit (spec §8), with `Retry-After` and the `x-ratelimit-*` headers. */
+export class RateLimitError extends ApiError {
+  override readonly name = 'RateLimitError';
+  readonly status = 429;
+  readonly type: 'requests' | 'tokens';
+  constructor(type: 'requests' | 'tokens', message: string, headers: Record<string, string>) {
+    super(message, 'rate_limit_exceeded', { headers });
+    this.type = type;
+  }
+}
+
+export interface BalanceDetails {
+  /** USD. */
+  readonly balance: number;
+  /** USD: balance minus open holds. */
+  readonly available: number;
+  /** USD this call needs held: its worst-case cost. */
+  readonly required: number;
+  /** Largest `max_tokens` the available amount covers for this request (chat only), 0 if none. */
+  readonly maxAffordableMaxTokens: number | null;
+}
+
+/** 402: the wallet cannot cover the call's worst-case cost. The body says by how much. */
+export class InsufficientBalanceError extends ApiError {
+  override readonly name = 'InsufficientBalanceError';
+  readonly status = 402;
+  readonly type = 'insufficient_balance';
+  readonly balance: BalanceDetails;
+  constructor(details: BalanceDetails, headers: Record<string, string>) {
+    const affordable =
+      details.maxAffordableMaxTokens === null
+        ? ''
+        : details.maxAffordableMaxTokens > 0
+          ? ` The available amount covers max_tokens up to ${details.maxAffordableMaxTokens}.`
+          : '';
+    super(
+      `Insufficient balance: this request needs ${details.required.toFixed(9)} USD available; the wallet has ${details.available.toFixed(9)} USD available (balance ${details.balance.toFixed(9)} USD).${affordable} Top up to continue.`,
+      'insufficient_balance',
+      { headers },
+    );
+    this.balance = details;
+  }
+
+  protected override details(): Record<string, unknown> {
+    return {
+      balance_usd: this.balance.balance,
+      available_usd: this.balance.available,
+      required_usd: this.balance.required,
+      max_affordable_max_tokens: this.balance.maxAffordableMaxTokens,
+    };
   }
 }

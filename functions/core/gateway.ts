@@ -1,3 +1,4 @@
+import type { Admission, AdmissionRequest } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
 import { type Served, withFallback } from './fallback.ts';
@@ -7,6 +8,8 @@ import { planRoute } from './routing.ts';
 
 export interface GatewayDeps {
   readonly authenticator: Authenticator;
+  /** Null only when the local host runs with metering off (benchmark comparison). */
+  readonly admission: Admission | null;
   /** The current registry snapshot (cached by the adapter). */
   readonly catalog: () => Promise<Catalog>;
   readonly clock: Clock;
@@ -37,6 +40,18 @@ export class Gateway {
   }
 
   /**
+   * Admission (limits and the wallet hold) in one store round trip; its headers ride on every response.
+   * Refusals throw: 429 with Retry-After, 402 with the balance, 503 when the store cannot be reached.
+   */
+  async admit(request: AdmissionRequest, call: CallRecorder): Promise<void> {
+    const { admission } = this.#deps;
+    if (!admission || !call.principal) return;
+    const started = this.#deps.clock.now();
+    call.admitted(await admission.admit(call.principal, request));
+    call.admissionMs = this.#deps.clock.now() - started;
+  }
+
+  /**
    * Tries the model's deployments in route order until one answers. `cycleKeys` is on for non-stream
    * calls (spec §7). The serving deployment is recorded on the call.
    */
@@ -47,12 +62,14 @@ export class Gateway {
     attempt: (deployment: Deployment, keyIndex: number) => Promise<T>,
   ): Promise<T> {
     const { clock, random, maxAttempts } = this.#deps;
+    const started = clock.now();
     const served: Served<T> = await withFallback(
       planRoute(resolved.deployments, random),
       { cycleKeys, maxAttempts, clock, random, attempts: call.attempts },
       attempt,
     );
     call.deployment = served.deployment;
+    call.upstreamMs = clock.now() - started;
     return served.value;
   }
 }

@@ -13,6 +13,9 @@ export interface Clock {
 /** A uniform random number in [0, 1); injected so routing and tests can be deterministic. */
 export type Random = () => number;
 
+/** Waits; injected so retry backoffs cost nothing in tests. */
+export type Sleep = (ms: number) => Promise<void>;
+
 /** Counts tokens of a text with a real tokenizer; used for estimates, never for billing upstream usage. */
 export interface TokenCounter {
   count(text: string): number;

@@ -48,3 +48,33 @@ export const costOf = (model: Model, usage: Usage): number => {
     }
   }
 };
+
+/**
+ * The most a chat call can cost: the prompt estimate at the input rate plus every choice using its whole
+ * completion cap at the output rate (cached input is assumed uncached). This is what admission holds.
+ */
+export const worstCaseChatCost = (model: Model, promptTokens: number, completionTokens: number): number =>
+  costOf(model, {
+    promptTokens,
+    completionTokens,
+    cachedPromptTokens: 0,
+    reasoningTokens: 0,
+    source: 'estimated',
+  });
+
+/** The largest completion cap per choice whose worst case an available amount (nano-USD) covers. */
+export const affordableCompletionTokens = (
+  model: Model,
+  promptTokens: number,
+  choices: number,
+  availableNano: number,
+): number => {
+  const promptCost = worstCaseChatCost(model, promptTokens, 0);
+  const perToken = picoPerUnit(model.rates.output ?? 0);
+  if (perToken === 0n) return availableNano >= promptCost ? Number.MAX_SAFE_INTEGER : 0;
+  const spare = BigInt(Math.max(0, availableNano - promptCost)) * PICO_PER_NANO;
+  let tokens = Number(spare / (perToken * BigInt(choices)));
+  // Rounding to the nano-dollar happens once on the total; step down until the worst case really fits.
+  while (tokens > 0 && worstCaseChatCost(model, promptTokens, tokens * choices) > availableNano) tokens--;
+  return tokens;
+};

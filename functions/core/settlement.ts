@@ -1,6 +1,8 @@
+import type { SettlementPlan } from './accounting.ts';
 import { ApiError } from './errors.ts';
 import type { Attempt, FailureKind } from './fallback.ts';
 import type { Usage } from './usage.ts';
+import { aggregatesFor, faultFor } from './usage-aggregates.ts';
 
 export type Endpoint = 'chat.completions' | 'embeddings' | 'audio.transcriptions' | 'audio.speech';
 
@@ -35,6 +37,15 @@ export interface HoldRef {
   readonly amount: number;
 }
 
+/** What admission took, so settlement can release it and correct the estimate. */
+export interface AdmissionRef {
+  readonly hold: HoldRef | null;
+  /** Tokens charged to the token buckets at admission (estimate). */
+  readonly estimatedTokens: number;
+  /** µs of TAT per token in the account's TPM and TPD buckets at admission. */
+  readonly tokenEmissionUs: { readonly tpm: number; readonly tpd: number };
+}
+
 /**
  * Everything settlement and the usage report need about one call. Sent to the settlement queue after
  * the response has ended; `id` is the idempotency key (a redelivered record must settle once).
@@ -56,7 +67,8 @@ export interface SettlementRecord {
   readonly usage: Usage | null;
   /** Published price of the usage, nano-USD; 0 for uncharged outcomes and free models. */
   readonly cost: number;
-  readonly hold: HoldRef | null;
+  /** Null when the call never reached admission (refused before, or metering off locally). */
+  readonly admission: AdmissionRef | null;
   readonly fault: Fault | null;
   readonly attempts: readonly Attempt[];
   readonly timings: {
@@ -65,6 +77,10 @@ export interface SettlementRecord {
     /** Time to the first response byte (headers), ms. */
     readonly firstByteMs: number | null;
     readonly totalMs: number;
+    /** Admission's store round trip, ms. */
+    readonly admissionMs?: number | null;
+    /** First upstream attempt to the serving deployment's first byte, ms. */
+    readonly upstreamMs?: number | null;
   };
 }
 
@@ -108,3 +124,39 @@ const upstreamKind = (error: ApiError): Fault['kind'] => {
 
 const describe = (error: unknown): string =>
   error instanceof Error ? `${error.name}: ${error.message}` : 'unknown error';
+
+/** Tokens the call actually consumed, as the limits count them (failed calls consumed none). */
+export const tokensConsumed = (record: SettlementRecord): number =>
+  (record.outcome === 'success' || record.outcome === 'client_aborted') && record.usage
+    ? record.usage.promptTokens + record.usage.completionTokens
+    : 0;
+
+/**
+ * The writes that settle one record: release the hold, debit the cost, correct the token buckets by what the
+ * estimate got wrong, count the call in the usage aggregates, and log a fault if there was one.
+ */
+export const planSettlement = (record: SettlementRecord): SettlementPlan => {
+  const admission = record.admission;
+  let tokenCorrection: SettlementPlan['tokenCorrection'] = null;
+  if (admission && record.accountId) {
+    const delta = tokensConsumed(record) - admission.estimatedTokens;
+    if (delta !== 0) {
+      tokenCorrection = {
+        tpmUs: delta * admission.tokenEmissionUs.tpm,
+        tpdUs: delta * admission.tokenEmissionUs.tpd,
+      };
+    }
+  }
+  return {
+    settlementId: record.id,
+    accountId: record.accountId,
+    requestId: record.requestId,
+    receivedAt: record.timings.receivedAt,
+    hold: admission?.hold ?? null,
+    cost: record.accountId ? record.cost : 0,
+    tokenCorrection,
+    ledger: { model: record.model, endpoint: record.endpoint, usage: record.usage },
+    aggregates: aggregatesFor(record),
+    fault: faultFor(record),
+  };
+};

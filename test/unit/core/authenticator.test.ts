@@ -129,3 +129,15 @@ describe('Authenticator with a zero TTL', () => {
     await expect(auth.authenticate(`Bearer ${GOOD}`)).rejects.toBeInstanceOf(AuthenticationError);
   });
 });
+
+describe('Authenticator when the store is down', () => {
+  it('fails closed with 503 when nothing usable is cached', async () => {
+    const auth = new Authenticator({
+      keys: { findByHash: async () => Promise.reject(new Error('connection refused')) },
+      clock: manualClock(),
+      hash: (key) => key,
+      ttlMs: 5_000,
+    });
+    await expect(auth.authenticate(`Bearer ${GOOD}`)).rejects.toMatchObject({ status: 503 });
+  });
+});

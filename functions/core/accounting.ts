@@ -1,0 +1,115 @@
+import type { BucketState, Dimension, Limits, Tier } from './limits.ts';
+import type { AggregateIncrement, FaultEntry } from './usage-aggregates.ts';
+
+/** What admission needs to know about an account (cached per instance). */
+export interface AccountProfile {
+  readonly id: string;
+  readonly tier: Tier;
+  /** A volume account's custom quota, dimension by dimension. */
+  readonly quota: Partial<Limits> | null;
+}
+
+export interface AccountDirectory {
+  findAccount(id: string): Promise<AccountProfile | null>;
+}
+
+/** A wallet's figures, nano-USD. `available = balance − Σ open holds`, never below zero. */
+export interface WalletState {
+  readonly balance: number;
+  readonly available: number;
+  /** Cost that could not be covered when it was settled; collected from the next top-up. */
+  readonly owed: number;
+}
+
+/**
+ * How one dimension's bucket is updated at admission. `fresh` assumes the bucket has drained (TAT ≤ now) and
+ * sets the TAT; `increment` assumes it has not and adds to it, provided the result stays within the limit.
+ * Each form is guarded by a condition, so a wrong assumption fails the transaction instead of miscounting.
+ */
+export interface DimensionUpdate {
+  readonly dimension: Dimension;
+  readonly form: 'fresh' | 'increment';
+  readonly nowUs: number;
+  readonly incrementUs: number;
+  /** `increment`: the largest prior TAT that admits the charge. */
+  readonly maxPriorTatUs: number;
+}
+
+export interface HoldPlan {
+  /** Nano-USD. */
+  readonly amount: number;
+  /** Epoch ms after which the sweeper may release it. */
+  readonly expiresAt: number;
+}
+
+export interface AdmitPlan {
+  readonly accountId: string;
+  readonly requestId: string;
+  readonly dimensions: readonly DimensionUpdate[];
+  /** Null for free models: nothing is held. */
+  readonly hold: HoldPlan | null;
+}
+
+/**
+ * The store's answer to one admission transaction. On refusal it reports which conditions failed together
+ * with the state it saw, so the caller can tell a wrong guess (retry) from a real limit (refuse).
+ */
+export type AdmitResult =
+  | { readonly ok: true }
+  | {
+      readonly ok: false;
+      /** The bucket's actual state when its condition failed, else null. */
+      readonly bucket: BucketState | null;
+      /** The wallet's actual state when its condition failed (zeros when it has none), else null. */
+      readonly wallet: WalletState | null;
+      /** Another transaction touched the same items at the same moment: retry. */
+      readonly conflict: boolean;
+    };
+
+/** Everything one settlement writes, in one transaction. */
+export interface SettlementPlan {
+  readonly settlementId: string;
+  readonly accountId: string | null;
+  readonly requestId: string;
+  /** Epoch ms the call arrived; orders the ledger. */
+  readonly receivedAt: number;
+  /** Hold to release (nano-USD), when admission took one. */
+  readonly hold: { readonly id: string; readonly amount: number } | null;
+  /** Published cost of the call (nano-USD). */
+  readonly cost: number;
+  /** Correction of the token buckets (µs of TAT; negative refunds an over-estimate). */
+  readonly tokenCorrection: { readonly tpmUs: number; readonly tpdUs: number } | null;
+  /** Ledger details of the debit. */
+  readonly ledger: { readonly model: string | null; readonly endpoint: string; readonly usage: unknown };
+  readonly aggregates: readonly AggregateIncrement[];
+  readonly fault: FaultEntry | null;
+}
+
+export type SettleOutcome = 'settled' | 'duplicate';
+
+export interface AccountingStore {
+  admit(plan: AdmitPlan): Promise<AdmitResult>;
+  settle(plan: SettlementPlan): Promise<SettleOutcome>;
+  /** Releases holds that expired before `nowMs`; returns how many. */
+  releaseExpiredHolds(nowMs: number): Promise<number>;
+}
+
+/**
+ * How a settlement's cost is split when it exceeds its hold and what the wallet has available: the wallet
+ * pays what it can (available never goes below zero) and the rest is recorded as owed, collected from the
+ * next top-up. Nothing is ever dropped.
+ */
+export const splitCharge = (
+  cost: number,
+  released: number,
+  available: number,
+): { charge: number; owed: number } => {
+  const payable = available + released;
+  return cost <= payable ? { charge: cost, owed: 0 } : { charge: payable, owed: cost - payable };
+};
+
+/** How much of a top-up goes to what the account owes, and how much to its balance. */
+export const applyTopUp = (amount: number, owed: number): { collected: number; credited: number } => {
+  const collected = Math.min(owed, amount);
+  return { collected, credited: amount - collected };
+};

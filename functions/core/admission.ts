@@ -1,0 +1,248 @@
+import type { AccountingStore, AccountProfile, DimensionUpdate, WalletState } from './accounting.ts';
+import type { Principal } from './authenticator.ts';
+import { InsufficientBalanceError, RateLimitError, ServiceUnavailableError } from './errors.ts';
+import {
+  type BucketState,
+  type Charges,
+  chargesFor,
+  checkDimension,
+  DIMENSIONS,
+  type DimensionCheck,
+  emissionUs,
+  formatDuration,
+  type Limits,
+  limitsFor,
+  statusOf,
+} from './limits.ts';
+import type { Clock, Random, Sleep } from './ports.ts';
+import { nanoToUsd } from './pricing.ts';
+import type { RefreshingCache } from './refreshing-cache.ts';
+
+/** What one call asks of its account before it may go upstream. */
+export interface AdmissionRequest {
+  readonly requestId: string;
+  /** Estimated tokens: the prompt (real tokenizer) plus the completion cap. */
+  readonly estimatedTokens: number;
+  /** Worst-case cost (nano-USD) to hold; 0 for free models, which hold nothing. */
+  readonly holdAmount: number;
+  /** Chat only: the largest `max_tokens` an available amount (nano-USD) covers. */
+  readonly affordableMaxTokens?: (availableNano: number) => number;
+}
+
+/** What settlement needs to undo or correct later, and what the response headers report. */
+export interface Admitted {
+  readonly hold: { readonly id: string; readonly amount: number } | null;
+  readonly estimatedTokens: number;
+  /** µs per token of the token buckets at admission, so settlement can correct them without a lookup. */
+  readonly tokenEmissionUs: { readonly tpm: number; readonly tpd: number };
+  readonly headers: Record<string, string>;
+}
+
+export interface AdmissionOptions {
+  readonly store: AccountingStore;
+  readonly accounts: RefreshingCache<AccountProfile | null>;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly sleep: Sleep;
+  /** After this long an unsettled hold may be released by the sweeper. */
+  readonly holdTtlMs: number;
+  /** Attempts when a guess about the bucket was wrong or a transaction conflicted. */
+  readonly maxAttempts?: number;
+}
+
+/**
+ * Admission: the per-account limits of the tier (GCRA, four dimensions) and a wallet hold of the worst-case
+ * cost, taken in one conditional transaction — normally one store round trip. The instance remembers each
+ * account's buckets; that guess picks the form of each bucket update, and when it is wrong the store's
+ * refusal carries the actual state, so the second attempt is exact. Anything else from the store refuses the
+ * call (503): the service never serves unmetered.
+ */
+export class Admission {
+  readonly #options: AdmissionOptions;
+  readonly #buckets = new Map<string, BucketState>();
+  /** Per account, the admission currently in flight from this instance (they run one after another). */
+  readonly #inFlight = new Map<string, Promise<unknown>>();
+
+  constructor(options: AdmissionOptions) {
+    this.#options = options;
+  }
+
+  /**
+   * Admissions of one account from one instance run one after another, so each starts from the exact bucket
+   * state the previous one left and needs one round trip. (A Lambda instance serves one request at a time
+   * anyway; the local host and multi-concurrency runtimes serve many.) Other instances' writes can still make
+   * a guess wrong; the store's refusal then carries the actual state and the retry is exact.
+   */
+  admit(principal: Principal, request: AdmissionRequest): Promise<Admitted> {
+    const account = principal.accountId;
+    const previous = this.#inFlight.get(account);
+    const run = (previous ? previous.catch(() => {}) : Promise.resolve()).then(() =>
+      this.#admit(principal, request),
+    );
+    this.#inFlight.set(account, run);
+    const cleanup = () => {
+      if (this.#inFlight.get(account) === run) this.#inFlight.delete(account);
+    };
+    run.then(cleanup, cleanup);
+    return run;
+  }
+
+  async #admit(principal: Principal, request: AdmissionRequest): Promise<Admitted> {
+    const profile = await this.#profile(principal.accountId);
+    const limits = limitsFor(profile.tier, profile.quota);
+    const charges = chargesFor(request.estimatedTokens);
+    const maxAttempts = this.#options.maxAttempts ?? 4;
+    for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+      // Integers: the store keeps TATs in whole µs and expiries in whole ms.
+      const now = this.#options.clock.now();
+      const nowMs = Math.floor(now);
+      const nowUs = Math.floor(now * 1000);
+      const known = this.#buckets.get(principal.accountId) ?? {};
+      const checks = DIMENSIONS.map((d) => checkDimension(d, limits[d], known[d], charges[d], nowUs));
+      const tooLarge = checks.find((c) => c.exceedsLimit);
+      if (tooLarge) throw this.#rateLimited(tooLarge, limits, known, nowUs, charges);
+
+      const dimensions: DimensionUpdate[] = checks.map((c) => ({
+        dimension: c.dimension,
+        // The guess only chooses the form; the store's condition decides.
+        form:
+          known[c.dimension] !== undefined && (known[c.dimension] as number) > nowUs ? 'increment' : 'fresh',
+        nowUs,
+        incrementUs: c.incrementUs,
+        maxPriorTatUs: c.maxPriorTatUs,
+      }));
+      const hold =
+        request.holdAmount > 0
+          ? { amount: request.holdAmount, expiresAt: nowMs + this.#options.holdTtlMs }
+          : null;
+
+      let result: Awaited<ReturnType<AccountingStore['admit']>>;
+      try {
+        result = await this.#options.store.admit({
+          accountId: principal.accountId,
+          requestId: request.requestId,
+          dimensions,
+          hold,
+        });
+      } catch (error) {
+        throw new ServiceUnavailableError(
+          'The accounting store is unreachable; the request was not served.',
+          error,
+        );
+      }
+
+      if (result.ok) {
+        const after: BucketState = {};
+        for (const c of checks) after[c.dimension] = c.newTatUs;
+        this.#buckets.set(principal.accountId, after);
+        return {
+          hold: hold ? { id: request.requestId, amount: hold.amount } : null,
+          estimatedTokens: request.estimatedTokens,
+          tokenEmissionUs: { tpm: emissionUs('tpm', limits.tpm), tpd: emissionUs('tpd', limits.tpd) },
+          headers: rateLimitHeaders(limits, after, nowUs),
+        };
+      }
+      if (result.conflict) {
+        // Jittered, growing pause so colliding transactions spread out.
+        await this.#options.sleep(this.#options.random() * 5 * 2 ** attempt);
+        continue;
+      }
+      const actual = result.bucket ?? known;
+      if (result.bucket) {
+        this.#buckets.set(principal.accountId, result.bucket);
+        const exact = DIMENSIONS.map((d) => checkDimension(d, limits[d], actual[d], charges[d], nowUs));
+        const refused = exact.filter((c) => !c.allowed);
+        if (refused.length > 0) {
+          const worst = refused.reduce((a, b) => (b.retryAfterUs > a.retryAfterUs ? b : a));
+          throw this.#rateLimited(worst, limits, actual, nowUs, charges);
+        }
+      }
+      // The bucket was only a wrong guess (retry with the state the store reported), or the wallet is short.
+      if (result.wallet && !result.bucket) {
+        throw insufficient(result.wallet, request, rateLimitHeaders(limits, actual, nowUs));
+      }
+    }
+    throw new ServiceUnavailableError(
+      'The accounting store is too contended to admit the request right now.',
+    );
+  }
+
+  async #profile(accountId: string): Promise<AccountProfile> {
+    let profile: AccountProfile | null;
+    try {
+      profile = await this.#options.accounts.get(accountId);
+    } catch (error) {
+      throw new ServiceUnavailableError(
+        'The account store is unreachable; the request was not served.',
+        error,
+      );
+    }
+    // A key whose account is gone is treated like a revoked key would be by an operator: no service.
+    if (!profile) throw new ServiceUnavailableError('The account behind this key is not available.');
+    return profile;
+  }
+
+  #rateLimited(
+    check: DimensionCheck,
+    limits: Limits,
+    state: BucketState,
+    nowUs: number,
+    charges: Charges,
+  ): RateLimitError {
+    const kind = check.dimension === 'rpm' || check.dimension === 'rpd' ? 'requests' : 'tokens';
+    const label = DIMENSION_LABELS[check.dimension];
+    const limit = limits[check.dimension];
+    const status = statusOf(check.dimension, limit, state[check.dimension], nowUs);
+    const retrySeconds = Math.max(1, Math.ceil(check.retryAfterUs / 1_000_000));
+    const message = check.exceedsLimit
+      ? `Request too large for ${label}: Limit ${limit}, Requested ${charges[check.dimension]}. Reduce the prompt or max_tokens.`
+      : `Rate limit reached for ${label}: Limit ${limit}, Used ${limit - status.remaining}, Requested ${charges[check.dimension]}. Please try again in ${formatDuration(check.retryAfterUs)}.`;
+    return new RateLimitError(kind, message, {
+      ...rateLimitHeaders(limits, state, nowUs),
+      'retry-after': String(retrySeconds),
+      'retry-after-ms': String(Math.ceil(check.retryAfterUs / 1000)),
+    });
+  }
+}
+
+const DIMENSION_LABELS = {
+  rpm: 'requests per minute (RPM)',
+  rpd: 'requests per day (RPD)',
+  tpm: 'tokens per minute (TPM)',
+  tpd: 'tokens per day (TPD)',
+} as const;
+
+/** The OpenAI-style limit headers: requests per minute and tokens per minute. */
+export const rateLimitHeaders = (
+  limits: Limits,
+  state: BucketState,
+  nowUs: number,
+): Record<string, string> => {
+  const requests = statusOf('rpm', limits.rpm, state.rpm, nowUs);
+  const tokens = statusOf('tpm', limits.tpm, state.tpm, nowUs);
+  return {
+    'x-ratelimit-limit-requests': String(requests.limit),
+    'x-ratelimit-remaining-requests': String(requests.remaining),
+    'x-ratelimit-reset-requests': formatDuration(requests.resetUs),
+    'x-ratelimit-limit-tokens': String(tokens.limit),
+    'x-ratelimit-remaining-tokens': String(tokens.remaining),
+    'x-ratelimit-reset-tokens': formatDuration(tokens.resetUs),
+  };
+};
+
+const insufficient = (
+  wallet: WalletState,
+  request: AdmissionRequest,
+  headers: Record<string, string>,
+): InsufficientBalanceError =>
+  new InsufficientBalanceError(
+    {
+      balance: nanoToUsd(wallet.balance),
+      available: nanoToUsd(wallet.available),
+      required: nanoToUsd(request.holdAmount),
+      maxAffordableMaxTokens: request.affordableMaxTokens
+        ? request.affordableMaxTokens(wallet.available)
+        : null,
+    },
+    headers,
+  );

@@ -1,0 +1,132 @@
+/**
+ * Per-account rate limits (spec §8) as GCRA token buckets: one theoretical arrival time (TAT) per dimension.
+ * A dimension with limit L per period T has emission interval E = T / L (rounded up to a whole µs); a charge
+ * of n units is admitted when max(TAT, now) + n·E ≤ now + L·E, which admits a burst of L from idle and then
+ * one unit every E.
+ * Times are integer microseconds so token dimensions (E of a few hundred µs) stay exact.
+ */
+
+export type Tier = 'unverified' | 'trusted';
+export type Dimension = 'rpm' | 'rpd' | 'tpm' | 'tpd';
+export type Limits = Readonly<Record<Dimension, number>>;
+
+export const DIMENSIONS: readonly Dimension[] = ['rpm', 'rpd', 'tpm', 'tpd'];
+
+const MINUTE_US = 60_000_000;
+const DAY_US = 86_400_000_000;
+
+export const PERIOD_US: Readonly<Record<Dimension, number>> = {
+  rpm: MINUTE_US,
+  rpd: DAY_US,
+  tpm: MINUTE_US,
+  tpd: DAY_US,
+};
+
+/** Spec §8. The detailed tier table's 1000 RPM for trusted accounts is the one used (the spec says so). */
+export const TIER_LIMITS: Readonly<Record<Tier, Limits>> = {
+  unverified: { rpm: 30, rpd: 300, tpm: 100_000, tpd: 1_000_000 },
+  trusted: { rpm: 1000, rpd: 20_000, tpm: 2_000_000, tpd: 50_000_000 },
+};
+
+/** A volume account's custom quota replaces its tier's limits, dimension by dimension. */
+export const limitsFor = (tier: Tier, quota?: Partial<Limits> | null): Limits => ({
+  ...TIER_LIMITS[tier],
+  ...quota,
+});
+
+/** Microseconds of bucket per unit; rounded up so rounding never lets the sustained rate exceed the limit. */
+export const emissionUs = (dimension: Dimension, limit: number): number =>
+  Math.ceil(PERIOD_US[dimension] / limit);
+
+/**
+ * The bucket's depth: `limit` units' worth of intervals. Equal to the period when the interval divides it
+ * exactly, a hair longer when it was rounded up — so a burst of exactly `limit` always fits.
+ */
+const capacityUs = (dimension: Dimension, limit: number): number => limit * emissionUs(dimension, limit);
+
+/** Bucket state: the TAT of each dimension in epoch µs (absent: never used, i.e. full). */
+export type BucketState = Partial<Record<Dimension, number>>;
+
+/** Units charged per dimension by one call. */
+export type Charges = Readonly<Record<Dimension, number>>;
+
+export const chargesFor = (estimatedTokens: number): Charges => ({
+  rpm: 1,
+  rpd: 1,
+  tpm: estimatedTokens,
+  tpd: estimatedTokens,
+});
+
+export interface DimensionCheck {
+  readonly dimension: Dimension;
+  readonly allowed: boolean;
+  /** Increment of the TAT if admitted. */
+  readonly incrementUs: number;
+  /** TAT after admission (when allowed). */
+  readonly newTatUs: number;
+  /** The largest TAT before admission that still admits this charge. */
+  readonly maxPriorTatUs: number;
+  /** When refused: how long until the charge would fit (0 if it never can: larger than the whole limit). */
+  readonly retryAfterUs: number;
+  /** Never admissible: the charge alone exceeds the dimension's limit. */
+  readonly exceedsLimit: boolean;
+}
+
+export const checkDimension = (
+  dimension: Dimension,
+  limit: number,
+  tatUs: number | undefined,
+  units: number,
+  nowUs: number,
+): DimensionCheck => {
+  const capacity = capacityUs(dimension, limit);
+  const incrementUs = units * emissionUs(dimension, limit);
+  const base = Math.max(tatUs ?? nowUs, nowUs);
+  const newTatUs = base + incrementUs;
+  const maxPriorTatUs = nowUs + capacity - incrementUs;
+  const exceedsLimit = units > limit;
+  const allowed = !exceedsLimit && newTatUs <= nowUs + capacity;
+  return {
+    dimension,
+    allowed,
+    incrementUs,
+    newTatUs,
+    maxPriorTatUs,
+    retryAfterUs: allowed || exceedsLimit ? 0 : newTatUs - (nowUs + capacity),
+    exceedsLimit,
+  };
+};
+
+export interface LimitStatus {
+  readonly limit: number;
+  readonly remaining: number;
+  /** Until the bucket is full again. */
+  readonly resetUs: number;
+}
+
+/** What the `x-ratelimit-*` headers report for a dimension in a given state. */
+export const statusOf = (
+  dimension: Dimension,
+  limit: number,
+  tatUs: number | undefined,
+  nowUs: number,
+): LimitStatus => {
+  const emission = emissionUs(dimension, limit);
+  const used = Math.max((tatUs ?? nowUs) - nowUs, 0);
+  return {
+    limit,
+    remaining: Math.max(0, Math.min(limit, Math.floor((capacityUs(dimension, limit) - used) / emission))),
+    resetUs: used,
+  };
+};
+
+/** Durations the way OpenAI writes them in `x-ratelimit-reset-*`: `0s`, `1.5s`, `6m0s`, `1h2m3s`. */
+export const formatDuration = (us: number): string => {
+  const totalMs = Math.ceil(us / 1000);
+  if (totalMs < 60_000) return `${Number((totalMs / 1000).toFixed(3))}s`;
+  const totalSeconds = Math.ceil(totalMs / 1000);
+  const h = Math.floor(totalSeconds / 3600);
+  const m = Math.floor((totalSeconds % 3600) / 60);
+  const s = totalSeconds % 60;
+  return h > 0 ? `${h}h${m}m${s}s` : `${m}m${s}s`;
+};

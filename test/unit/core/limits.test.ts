@@ -1,0 +1,84 @@
+import { describe, expect, it } from 'vitest';
+import {
+  checkDimension,
+  emissionUs,
+  formatDuration,
+  limitsFor,
+  PERIOD_US,
+  statusOf,
+  TIER_LIMITS,
+} from '#core/limits.ts';
+
+const NOW = 1_800_000_000_000_000;
+
+/** Replays a burst through checkDimension the way the store applies it. */
+const burst = (limit: number, count: number, units = 1) => {
+  let tat: number | undefined;
+  const admitted: boolean[] = [];
+  for (let i = 0; i < count; i++) {
+    const check = checkDimension('rpm', limit, tat, units, NOW);
+    admitted.push(check.allowed);
+    if (check.allowed) tat = check.newTatUs;
+  }
+  return { admitted, tat };
+};
+
+describe('GCRA', () => {
+  it('admits a burst of exactly the limit from idle, then refuses', () => {
+    const { admitted } = burst(30, 31);
+    expect(admitted.slice(0, 30).every(Boolean)).toBe(true);
+    expect(admitted[30]).toBe(false);
+  });
+
+  it('tells a refused request how long until one unit drains', () => {
+    const { tat } = burst(30, 30);
+    const refused = checkDimension('rpm', 30, tat, 1, NOW);
+    expect(refused.allowed).toBe(false);
+    // 30 per minute: one unit drains every 2 s.
+    expect(refused.retryAfterUs).toBe(2_000_000);
+    expect(checkDimension('rpm', 30, tat, 1, NOW + refused.retryAfterUs).allowed).toBe(true);
+  });
+
+  it('charges token dimensions by the units requested', () => {
+    const half = checkDimension('tpm', 100_000, undefined, 50_000, NOW);
+    expect(half.allowed).toBe(true);
+    expect(checkDimension('tpm', 100_000, half.newTatUs, 50_000, NOW).allowed).toBe(true);
+    expect(checkDimension('tpm', 100_000, half.newTatUs + half.incrementUs, 1, NOW).allowed).toBe(false);
+  });
+
+  it('never admits a single charge larger than the whole limit, and says retrying will not help', () => {
+    const check = checkDimension('tpm', 100_000, undefined, 100_001, NOW);
+    expect(check).toMatchObject({ allowed: false, exceedsLimit: true, retryAfterUs: 0 });
+  });
+
+  it('rounds the emission interval up, so rounding never grants more than the limit', () => {
+    expect(emissionUs('tpm', 7)).toBe(Math.ceil(PERIOD_US.tpm / 7));
+    expect(burst(7, 8).admitted.filter(Boolean)).toHaveLength(7);
+  });
+});
+
+describe('limits', () => {
+  it('follow spec §8 per tier, 1000 RPM for trusted', () => {
+    expect(TIER_LIMITS.unverified).toEqual({ rpm: 30, rpd: 300, tpm: 100_000, tpd: 1_000_000 });
+    expect(TIER_LIMITS.trusted).toEqual({ rpm: 1000, rpd: 20_000, tpm: 2_000_000, tpd: 50_000_000 });
+  });
+
+  it('let a volume account’s custom quota replace its tier’s, dimension by dimension', () => {
+    expect(limitsFor('trusted', { rpm: 10_000 })).toEqual({ ...TIER_LIMITS.trusted, rpm: 10_000 });
+  });
+});
+
+describe('header figures', () => {
+  it('report the remaining units and the time until the bucket is full', () => {
+    const { tat } = burst(30, 10);
+    expect(statusOf('rpm', 30, tat, NOW)).toEqual({ limit: 30, remaining: 20, resetUs: 20_000_000 });
+    expect(statusOf('rpm', 30, undefined, NOW)).toEqual({ limit: 30, remaining: 30, resetUs: 0 });
+  });
+
+  it('format durations as OpenAI does', () => {
+    expect(formatDuration(0)).toBe('0s');
+    expect(formatDuration(1_500_000)).toBe('1.5s');
+    expect(formatDuration(360_000_000)).toBe('6m0s');
+    expect(formatDuration(3_723_000_000)).toBe('1h2m3s');
+  });
+});
