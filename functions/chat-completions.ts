@@ -1,5 +1,6 @@
 import type { CallRecorder } from '#core/call-recorder.ts';
 import { type PreparedChat, prepareChat, upstreamChatBody } from '#core/chat.ts';
+import { affordableCompletionTokens, worstCaseChatCost } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
 import type { ChatCompletionResult, UpstreamCall } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
@@ -19,6 +20,17 @@ export const createHandler = (container: () => Container) =>
     const resolved = await c.gateway.resolve(request.model, 'chat', call);
     const prepared = prepareChat(request, resolved.model, c.tokens);
     call.stream = prepared.stream;
+    const completionTokens = prepared.maxTokens * prepared.choices;
+    await c.gateway.admit(
+      {
+        requestId: call.requestId,
+        estimatedTokens: prepared.promptTokens + completionTokens,
+        holdAmount: worstCaseChatCost(resolved.model, prepared.promptTokens, completionTokens),
+        affordableMaxTokens: (available) =>
+          affordableCompletionTokens(resolved.model, prepared.promptTokens, prepared.choices, available),
+      },
+      call,
+    );
     const upstream = (deployment: Deployment, keyIndex: number): UpstreamCall => ({
       deployment,
       keyIndex,

@@ -11,6 +11,10 @@ export interface Config {
   readonly settlementQueueUrl: string;
   /** Trust a key lookup (hit or miss) this long; bounds how late a revocation takes effect. */
   readonly keyCacheTtlMs: number;
+  /** Trust an account profile (tier, quota) this long; bounds how late a tier change takes effect. */
+  readonly accountCacheTtlMs: number;
+  /** After this long an unsettled wallet hold may be released by the sweeper. */
+  readonly holdTtlMs: number;
   /** Age after which the registry snapshot is refreshed in the background. */
   readonly registryRefreshMs: number;
   /** Documented request body limit for JSON endpoints; larger bodies get 413. */
@@ -18,6 +22,8 @@ export interface Config {
   readonly upstream: UpstreamConfig;
   /** How long a settlement record may wait to share an SQS batch (see SqsSettlementSink). */
   readonly settlementLingerMs: number;
+  /** Settlements of one SQS batch written at once; they contend only when they share an account. */
+  readonly settlementParallelism: number;
   readonly logLevel: LogLevel;
 }
 
@@ -77,6 +83,8 @@ export const loadConfig = (env: Env): Config => ({
   },
   settlementQueueUrl: required(env, queues.settlement.envVar),
   keyCacheTtlMs: integer(env, 'KEY_CACHE_TTL_MS', 5_000),
+  accountCacheTtlMs: integer(env, 'ACCOUNT_CACHE_TTL_MS', 5_000),
+  holdTtlMs: integer(env, 'HOLD_TTL_MS', 30 * 60_000, 60_000),
   registryRefreshMs: integer(env, 'REGISTRY_REFRESH_MS', 15_000),
   maxJsonBodyBytes: integer(env, 'MAX_JSON_BODY_BYTES', DEFAULT_MAX_JSON_BODY_BYTES, 1024),
   upstream: {
@@ -87,5 +95,6 @@ export const loadConfig = (env: Env): Config => ({
     connectionsPerOrigin: integer(env, 'UPSTREAM_CONNECTIONS_PER_ORIGIN', 256, 1),
   },
   settlementLingerMs: integer(env, 'SETTLEMENT_LINGER_MS', 0),
+  settlementParallelism: integer(env, 'SETTLEMENT_PARALLELISM', 4, 1),
   logLevel: logLevel(env),
 });

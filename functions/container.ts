@@ -1,5 +1,7 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
+import { DynamoAccounting } from '#adapters/dynamo-accounting.ts';
+import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoKeyStore, hashKey } from '#adapters/dynamo-key-store.ts';
 import { DynamoRegistry, RegistryCache } from '#adapters/dynamo-registry.ts';
 import { createLogger, type Logger } from '#adapters/logger.ts';
@@ -9,9 +11,12 @@ import { o200kTokenCounter } from '#adapters/tokenizer.ts';
 import { UpstreamHttp } from '#adapters/upstream/http.ts';
 import { KeyRing } from '#adapters/upstream/key-ring.ts';
 import { OpenAiCompatibleChat } from '#adapters/upstream/openai-compatible.ts';
+import type { AccountProfile } from '#core/accounting.ts';
+import { Admission } from '#core/admission.ts';
 import { Authenticator } from '#core/authenticator.ts';
 import { Gateway } from '#core/gateway.ts';
-import type { Clock, Random, SettlementSink, TokenCounter } from '#core/ports.ts';
+import type { Clock, Random, SettlementSink, Sleep, TokenCounter } from '#core/ports.ts';
+import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { AdapterName } from '#core/registry.ts';
 import type { ChatProvider } from '#core/upstream.ts';
 import { type Config, loadConfig } from './config.ts';
@@ -26,6 +31,8 @@ export interface Container {
   readonly gateway: Gateway;
   readonly registry: RegistryCache;
   readonly settlements: SettlementSink;
+  readonly accounting: DynamoAccounting;
+  readonly accounts: DynamoAccounts;
   /** The chat adapter for a deployment's provider protocol. */
   chat(adapter: AdapterName): ChatProvider;
   /** Releases pooled connections (tests and the local host; Lambda never calls it). */
@@ -41,13 +48,20 @@ export interface ContainerOptions {
   readonly aws?: { readonly dynamodb?: DynamoDBClientConfig; readonly sqs?: SQSClientConfig };
   /** Where settlement records go instead of an inline SQS sink (the local host's sender thread). */
   readonly settlements?: SettlementSink;
+  /**
+   * Local host only, for the benchmark's metering-on/off comparison: skip admission (no limits, no hold).
+   * Not reachable from a Lambda's environment, so a deployment cannot serve unmetered by misconfiguration.
+   */
+  readonly metering?: boolean;
 }
 
 export const createContainer = (config: Config, options: ContainerOptions = {}): Container => {
   const env = options.env ?? process.env;
   const log = createLogger(config.logLevel);
-  const clock: Clock = options.clock ?? { now: Date.now };
+  // Sub-millisecond wall time: admission's buckets are kept in µs, and Server-Timing reports fractions of ms.
+  const clock: Clock = options.clock ?? { now: () => performance.timeOrigin + performance.now() };
   const random: Random = Math.random;
+  const sleep: Sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   // On Lambda, region and credentials come from the standard AWS_* environment.
   const dynamo = new DynamoDBClient({ maxAttempts: 3, ...options.aws?.dynamodb });
   // TLS (or loopback) already protects the body; the SDK's extra MD5 check is pure CPU on the hot path.
@@ -58,6 +72,32 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     config.registryRefreshMs,
     log,
   );
+  const accounts = new DynamoAccounts(dynamo, config.tables.accounts);
+  const accounting = new DynamoAccounting(
+    dynamo,
+    {
+      wallet: config.tables.wallet,
+      buckets: config.tables.buckets,
+      usage: config.tables.usage,
+      accounts: config.tables.accounts,
+    },
+    sleep,
+  );
+  const admission =
+    options.metering === false
+      ? null
+      : new Admission({
+          store: accounting,
+          accounts: new RefreshingCache<AccountProfile | null>({
+            load: (id) => accounts.findAccount(id),
+            clock,
+            ttlMs: config.accountCacheTtlMs,
+          }),
+          clock,
+          random,
+          sleep,
+          holdTtlMs: config.holdTtlMs,
+        });
   const authenticator = new Authenticator({
     keys: new DynamoKeyStore(dynamo, config.tables.accounts),
     clock,
@@ -74,8 +114,11 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     random,
     tokens: o200kTokenCounter,
     registry,
+    accounting,
+    accounts,
     gateway: new Gateway({
       authenticator,
+      admission,
       catalog: () => registry.catalog(),
       clock,
       random,

@@ -70,12 +70,13 @@ export const tables = {
   },
   /** Rate-limit state: one GCRA item per account. */
   buckets: { id: 'buckets', envVar: 'BUCKETS_TABLE', partitionKey: pk, sortKey: sk },
-  /** Balances, holds, ledger entries and settlement idempotency records. */
+  /** Balances, holds, ledger entries and settlement idempotency records (which expire; money items never do). */
   wallet: {
     id: 'wallet',
     envVar: 'WALLET_TABLE',
     partitionKey: pk,
     sortKey: sk,
+    ttlAttribute: 'ttl',
     // Open holds by expiry, for the sweeper; sharded partition keys keep writes spread.
     globalIndexes: [
       { name: 'gsi1', partitionKey: { name: 'gsi1pk', type: 'S' }, sortKey: { name: 'gsi1sk', type: 'S' } },
@@ -84,7 +85,7 @@ export const tables = {
   /** Models, deployments and prices. */
   registry: { id: 'registry', envVar: 'REGISTRY_TABLE', partitionKey: pk, sortKey: sk },
   /** Usage aggregates, faults and incidents for the public report; old rows expire. */
-  usage: { id: 'usage', envVar: 'USAGE_TABLE', partitionKey: pk, sortKey: sk, ttlAttribute: 'expiresAt' },
+  usage: { id: 'usage', envVar: 'USAGE_TABLE', partitionKey: pk, sortKey: sk, ttlAttribute: 'ttl' },
 } as const satisfies Record<string, TableDefinition>;
 
 /** The settlement consumer's Lambda timeout; the queue's visibility timeout is derived from it. */

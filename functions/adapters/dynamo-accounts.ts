@@ -8,7 +8,9 @@ import {
   QueryCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
+import type { AccountDirectory, AccountProfile } from '#core/accounting.ts';
 import { isWellFormedKey, KEY_PREFIX, publicPrefix, SECRET_LENGTH } from '#core/api-keys.ts';
+import { DIMENSIONS, type Limits } from '#core/limits.ts';
 import { hashKey, keyItemKey } from './dynamo-key-store.ts';
 
 export type Tier = 'unverified' | 'trusted';
@@ -18,6 +20,8 @@ export interface Account {
   readonly name: string;
   readonly tier: Tier;
   readonly createdAt: string;
+  /** Volume accounts: limits that replace the tier's, dimension by dimension. */
+  readonly quota: Partial<Limits> | null;
 }
 
 export interface ApiKeyInfo {
@@ -50,7 +54,15 @@ const accountKey = (id: string) => ({ pk: { S: `acct#${id}` }, sk: { S: 'profile
  * the request path only reads keys (dynamo-key-store.ts).
  * Account items: `pk = acct#<id>`, `sk = profile`.
  */
-export class DynamoAccounts {
+const quotaOf = (item: Record<string, AttributeValue> | undefined): Partial<Limits> | null => {
+  const map = item?.quota?.M;
+  if (!map) return null;
+  const quota: Partial<Record<keyof Limits, number>> = {};
+  for (const d of DIMENSIONS) if (map[d]?.N) quota[d] = Number(map[d].N);
+  return quota;
+};
+
+export class DynamoAccounts implements AccountDirectory {
   readonly #client: DynamoDBClient;
   readonly #table: string;
 
@@ -66,6 +78,7 @@ export class DynamoAccounts {
       name: input.name ?? '',
       tier: 'unverified',
       createdAt: new Date().toISOString(),
+      quota: null,
     };
     await this.#client.send(
       new PutItemCommand({
@@ -102,9 +115,46 @@ export class DynamoAccounts {
     return {
       id,
       name: Item.name?.S ?? '',
-      tier: (Item.tier?.S as Tier | undefined) ?? 'unverified',
+      tier: Item.tier?.S === 'trusted' ? 'trusted' : 'unverified',
       createdAt: Item.createdAt?.S ?? '',
+      quota: quotaOf(Item),
     };
+  }
+
+  /** What admission needs (cached per instance by the gateway). */
+  async findAccount(id: string): Promise<AccountProfile | null> {
+    const { Item } = await this.#client.send(
+      new GetItemCommand({
+        TableName: this.#table,
+        Key: accountKey(id),
+        ProjectionExpression: 'tier, quota',
+      }),
+    );
+    if (!Item) return null;
+    return { id, tier: Item.tier?.S === 'trusted' ? 'trusted' : 'unverified', quota: quotaOf(Item) };
+  }
+
+  /** Sets a volume account's custom quota (null restores the tier's limits). */
+  async setQuota(id: string, quota: Partial<Limits> | null): Promise<void> {
+    const entries = Object.entries(quota ?? {}).filter(([, v]) => v !== undefined);
+    for (const [d, v] of entries) {
+      if (!Number.isInteger(v) || (v as number) < 1) throw new Error(`quota ${d} must be a positive integer`);
+    }
+    await this.#client.send(
+      new UpdateItemCommand({
+        TableName: this.#table,
+        Key: accountKey(id),
+        ...(entries.length === 0
+          ? { UpdateExpression: 'REMOVE quota' }
+          : {
+              UpdateExpression: 'SET quota = :quota',
+              ExpressionAttributeValues: {
+                ':quota': { M: Object.fromEntries(entries.map(([d, v]) => [d, { N: String(v) }])) },
+              },
+            }),
+        ConditionExpression: 'attribute_exists(pk)',
+      }),
+    );
   }
 
   /**

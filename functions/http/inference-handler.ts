@@ -1,4 +1,5 @@
 import { CallRecorder } from '#core/call-recorder.ts';
+import { ApiError } from '#core/errors.ts';
 import type { Endpoint } from '#core/settlement.ts';
 import type { Container } from '#functions/container.ts';
 import { afterResponse } from './after-response.ts';
@@ -24,10 +25,21 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
       try {
         const response = await fn(event, call, c);
         call.responding();
-        return response;
+        const timing = call.serverTiming();
+        return {
+          ...response,
+          headers: {
+            ...call.limitHeaders,
+            ...(timing ? { 'server-timing': timing } : {}),
+            ...response.headers,
+          },
+        };
       } catch (error) {
         call.failed(error);
         call.responding();
+        // Limit headers from admission ride on errors too (a refusal sets its own, which win).
+        if (error instanceof ApiError)
+          Object.assign(error.headers, { ...call.limitHeaders, ...error.headers });
         throw error;
       }
     },

@@ -1,0 +1,608 @@
+import {
+  type AttributeValue,
+  type CancellationReason,
+  type DynamoDBClient,
+  GetItemCommand,
+  paginateQuery,
+  TransactionCanceledException,
+  type TransactWriteItem,
+  TransactWriteItemsCommand,
+} from '@aws-sdk/client-dynamodb';
+import {
+  type AccountingStore,
+  type AdmitPlan,
+  type AdmitResult,
+  applyTopUp,
+  type SettlementPlan,
+  type SettleOutcome,
+  splitCharge,
+  type WalletState,
+} from '#core/accounting.ts';
+import { type BucketState, DIMENSIONS } from '#core/limits.ts';
+
+/**
+ * Accounting in DynamoDB: every money and limit invariant is a condition on a transaction.
+ *
+ * Items (wallet table):
+ * - `acct#<id>` / `wallet`: `balance`, `available` (= balance − open holds, never < 0), `owed` (nano-USD).
+ * - `acct#<id>` / `hold#<requestId>`: an open hold; `gsi1pk = holds#<shard>`, `gsi1sk = <expiry>#…` let the
+ *   sweeper find expired holds without a scan.
+ * - `acct#<id>` / `ledger#<at>#<id>`: a money movement (`credit`, `debit`, `arrears`); their sum is the balance.
+ * - `settled#<settlementId>` / `settled`: makes a settlement that moved no money idempotent (a paid one's
+ *   ledger entry does that); expires after the queue's retention.
+ * - `topup#<reference>` / `topup`: makes a top-up idempotent by its payment reference; kept forever.
+ * Buckets table: `acct#<id>` / `limits` with one TAT (µs) per dimension. Usage table: aggregate counters
+ * (`agg#<day>` / `<subject>#<shard>`) and faults (`faults#<day>` / `<at>#<requestId>`), both expiring.
+ */
+export interface AccountingTables {
+  readonly wallet: string;
+  readonly buckets: string;
+  readonly usage: string;
+  readonly accounts: string;
+}
+
+const HOLD_SHARDS = 8;
+const AGGREGATE_SHARDS = 8;
+/** Settlement markers must outlive any redelivery: the queue keeps messages 4 days. */
+const MARKER_TTL_SECONDS = 14 * 86_400;
+/** The usage report covers 30 days; a margin keeps the last day complete. */
+const USAGE_TTL_SECONDS = 40 * 86_400;
+const SETTLE_ATTEMPTS = 6;
+
+const S = (value: string): AttributeValue => ({ S: value });
+const N = (value: number): AttributeValue => ({ N: String(value) });
+const num = (value: AttributeValue | undefined): number => (value?.N === undefined ? 0 : Number(value.N));
+
+const accountKey = (accountId: string) => `acct#${accountId}`;
+const walletKey = (accountId: string) => ({ pk: S(accountKey(accountId)), sk: S('wallet') });
+const holdKey = (accountId: string, requestId: string) => ({
+  pk: S(accountKey(accountId)),
+  sk: S(`hold#${requestId}`),
+});
+const bucketKey = (accountId: string) => ({ pk: S(accountKey(accountId)), sk: S('limits') });
+/** Ledger entries sort by time; 13 digits hold epoch milliseconds until the year 2286. */
+const ledgerSk = (at: number, id: string) => `ledger#${String(at).padStart(13, '0')}#${id}`;
+
+/** FNV-1a: spreads hot items (aggregates, the holds index) over shards deterministically. */
+const shardOf = (id: string, shards: number): number => {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < id.length; i++) hash = Math.imul(hash ^ id.charCodeAt(i), 0x01000193);
+  return (hash >>> 0) % shards;
+};
+
+const walletOf = (item: Record<string, AttributeValue> | undefined): WalletState => ({
+  balance: num(item?.balance),
+  available: num(item?.available),
+  owed: num(item?.owed),
+});
+
+const bucketOf = (item: Record<string, AttributeValue> | undefined): BucketState => {
+  const state: BucketState = {};
+  for (const d of DIMENSIONS) if (item?.[d]?.N !== undefined) state[d] = Number(item[d].N);
+  return state;
+};
+
+const failed = (reason: CancellationReason | undefined) => reason?.Code === 'ConditionalCheckFailed';
+const conflicted = (reasons: readonly CancellationReason[]) =>
+  reasons.some(
+    (r) =>
+      r.Code === 'TransactionConflict' ||
+      r.Code === 'ThrottlingError' ||
+      r.Code === 'ProvisionedThroughputExceeded',
+  );
+
+export interface WalletReport extends WalletState {
+  readonly holds: { readonly requestId: string; readonly amount: number; readonly expiresAt: number }[];
+  readonly ledger: {
+    readonly at: number;
+    readonly kind: 'credit' | 'debit' | 'arrears';
+    readonly amount: number;
+    readonly owed: number;
+    readonly reference: string;
+  }[];
+}
+
+export class DynamoAccounting implements AccountingStore {
+  readonly #client: DynamoDBClient;
+  readonly #tables: AccountingTables;
+  readonly #sleep: (ms: number) => Promise<void>;
+
+  constructor(client: DynamoDBClient, tables: AccountingTables, sleep: (ms: number) => Promise<void>) {
+    this.#client = client;
+    this.#tables = tables;
+    this.#sleep = sleep;
+  }
+
+  /**
+   * One transaction: the bucket update (every dimension's condition at once), and for paid models the wallet
+   * debit of `available` and the hold item. `available >= :hold` is the no-overdraft condition: two calls
+   * racing for the last dollar cannot both pass it.
+   */
+  async admit(plan: AdmitPlan): Promise<AdmitResult> {
+    const names: Record<string, string> = {};
+    const values: Record<string, AttributeValue> = {};
+    const sets: string[] = [];
+    const conditions: string[] = [];
+    plan.dimensions.forEach((u, i) => {
+      names[`#d${i}`] = u.dimension;
+      values[`:now${i}`] = N(u.nowUs);
+      if (u.form === 'fresh') {
+        // The bucket has drained: its new TAT is now + this charge.
+        values[`:set${i}`] = N(u.nowUs + u.incrementUs);
+        sets.push(`#d${i} = :set${i}`);
+        conditions.push(`(attribute_not_exists(#d${i}) OR #d${i} <= :now${i})`);
+      } else {
+        // Still draining: add to the TAT, provided the result stays within the limit.
+        values[`:inc${i}`] = N(u.incrementUs);
+        values[`:max${i}`] = N(u.maxPriorTatUs);
+        sets.push(`#d${i} = #d${i} + :inc${i}`);
+        conditions.push(`(#d${i} > :now${i} AND #d${i} <= :max${i})`);
+      }
+    });
+    const items: TransactWriteItem[] = [
+      {
+        Update: {
+          TableName: this.#tables.buckets,
+          Key: bucketKey(plan.accountId),
+          UpdateExpression: `SET ${sets.join(', ')}`,
+          ConditionExpression: conditions.join(' AND '),
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: values,
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        },
+      },
+    ];
+    if (plan.hold) {
+      const shard = shardOf(plan.requestId, HOLD_SHARDS);
+      items.push(
+        {
+          Update: {
+            TableName: this.#tables.wallet,
+            Key: walletKey(plan.accountId),
+            UpdateExpression: 'SET available = available - :hold',
+            ConditionExpression: 'available >= :hold',
+            ExpressionAttributeValues: { ':hold': N(plan.hold.amount) },
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          },
+        },
+        {
+          Put: {
+            TableName: this.#tables.wallet,
+            Item: {
+              ...holdKey(plan.accountId, plan.requestId),
+              amount: N(plan.hold.amount),
+              holdExpiresAt: N(plan.hold.expiresAt),
+              gsi1pk: S(`holds#${shard}`),
+              gsi1sk: S(
+                `${String(plan.hold.expiresAt).padStart(13, '0')}#${plan.accountId}#${plan.requestId}`,
+              ),
+            },
+            // A request id holds at most once, even if an admission is retried after an ambiguous failure.
+            ConditionExpression: 'attribute_not_exists(pk)',
+          },
+        },
+      );
+    }
+    try {
+      await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
+      return { ok: true };
+    } catch (error) {
+      if (!(error instanceof TransactionCanceledException)) throw error;
+      const reasons = error.CancellationReasons ?? [];
+      return {
+        ok: false,
+        bucket: failed(reasons[0]) ? bucketOf(reasons[0]?.Item) : null,
+        wallet: plan.hold && failed(reasons[1]) ? walletOf(reasons[1]?.Item) : null,
+        conflict: conflicted(reasons),
+      };
+    }
+  }
+
+  /**
+   * One transaction per settlement: the idempotency marker (a redelivered record is a no-op), the hold's
+   * release, the debit and its ledger entry, the token-bucket correction, the usage aggregates and the fault.
+   * If the hold is already gone (the sweeper released it) the debit comes from `available` alone; if the cost
+   * exceeds what the wallet can pay, the rest is recorded as owed. Both are decided from what the failed
+   * attempt saw, and retried; a lost race simply repeats.
+   */
+  async settle(plan: SettlementPlan): Promise<SettleOutcome> {
+    let holdPresent = plan.hold !== null;
+    let seenAvailable: number | null = null;
+    for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
+      const released = holdPresent && plan.hold ? plan.hold.amount : 0;
+      const { charge, owed } =
+        seenAvailable === null
+          ? { charge: plan.cost, owed: 0 }
+          : splitCharge(plan.cost, released, seenAvailable);
+      const roles: ('marker' | 'hold' | 'wallet' | 'other')[] = [];
+      const items: TransactWriteItem[] = [];
+      const add = (role: (typeof roles)[number], item: TransactWriteItem) => {
+        roles.push(role);
+        items.push(item);
+      };
+      const nowSeconds = Math.floor(plan.receivedAt / 1000);
+
+      // Idempotency: a paid call's ledger entry (its key derives from the record) is the marker; a call that
+      // moved no money gets a marker of its own, which expires after the queue's retention.
+      const paid = plan.accountId !== null && plan.cost > 0;
+      if (!paid) {
+        add('marker', {
+          Put: {
+            TableName: this.#tables.wallet,
+            Item: {
+              pk: S(`settled#${plan.settlementId}`),
+              sk: S('settled'),
+              ttl: N(nowSeconds + MARKER_TTL_SECONDS),
+            },
+            ConditionExpression: 'attribute_not_exists(pk)',
+          },
+        });
+      }
+      if (plan.accountId) {
+        const account = plan.accountId;
+        if (holdPresent && plan.hold) {
+          add('hold', {
+            Delete: {
+              TableName: this.#tables.wallet,
+              Key: holdKey(account, plan.hold.id),
+              ConditionExpression: 'attribute_exists(pk)',
+            },
+          });
+        }
+        if (released > 0 || charge > 0 || owed > 0)
+          add('wallet', this.#walletSettlement(account, released, charge, owed, seenAvailable));
+        if (paid) {
+          add('marker', {
+            Put: {
+              TableName: this.#tables.wallet,
+              Item: {
+                pk: S(accountKey(account)),
+                sk: S(ledgerSk(plan.receivedAt, plan.settlementId)),
+                kind: S('debit'),
+                amount: N(charge),
+                owed: N(owed),
+                cost: N(plan.cost),
+                reference: S(plan.requestId),
+                at: N(plan.receivedAt),
+                model: S(plan.ledger.model ?? ''),
+                endpoint: S(plan.ledger.endpoint),
+                usage: S(JSON.stringify(plan.ledger.usage ?? null)),
+              },
+              ConditionExpression: 'attribute_not_exists(pk)',
+            },
+          });
+        }
+        if (plan.tokenCorrection) {
+          // Refunds what the estimate over-charged (or charges what it missed) in the token buckets.
+          add('other', {
+            Update: {
+              TableName: this.#tables.buckets,
+              Key: bucketKey(account),
+              UpdateExpression:
+                'SET tpm = if_not_exists(tpm, :zero) + :tpm, tpd = if_not_exists(tpd, :zero) + :tpd',
+              ExpressionAttributeValues: {
+                ':zero': N(0),
+                ':tpm': N(plan.tokenCorrection.tpmUs),
+                ':tpd': N(plan.tokenCorrection.tpdUs),
+              },
+            },
+          });
+        }
+      }
+      for (const increment of plan.aggregates) {
+        const names: Record<string, string> = { '#ttl': 'ttl' };
+        const values: Record<string, AttributeValue> = { ':ttl': N(nowSeconds + USAGE_TTL_SECONDS) };
+        const adds = Object.entries(increment.counters).map(([counter, value], i) => {
+          names[`#c${i}`] = counter;
+          values[`:c${i}`] = N(value);
+          return `#c${i} :c${i}`;
+        });
+        add('other', {
+          Update: {
+            TableName: this.#tables.usage,
+            // Sharded so a popular model's counters are not one hot item contended by every settlement.
+            Key: {
+              pk: S(`agg#${increment.day}`),
+              sk: S(`${increment.subject}#${shardOf(plan.settlementId, AGGREGATE_SHARDS)}`),
+            },
+            UpdateExpression: `ADD ${adds.join(', ')} SET #ttl = if_not_exists(#ttl, :ttl)`,
+            ExpressionAttributeNames: names,
+            ExpressionAttributeValues: values,
+          },
+        });
+      }
+      if (plan.fault) {
+        add('other', {
+          Put: {
+            TableName: this.#tables.usage,
+            Item: {
+              pk: S(`faults#${plan.fault.day}`),
+              sk: S(`${String(plan.fault.at).padStart(13, '0')}#${plan.fault.requestId}`),
+              at: N(plan.fault.at),
+              group: S(plan.fault.group),
+              status: N(plan.fault.status),
+              detail: S(plan.fault.detail.slice(0, 500)),
+              ttl: N(nowSeconds + USAGE_TTL_SECONDS),
+            },
+          },
+        });
+      }
+
+      try {
+        await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
+        return 'settled';
+      } catch (error) {
+        if (!(error instanceof TransactionCanceledException)) throw error;
+        const reasons = error.CancellationReasons ?? [];
+        const reasonOf = (role: (typeof roles)[number]) => reasons[roles.indexOf(role)];
+        if (failed(reasonOf('marker'))) return 'duplicate';
+        if (conflicted(reasons)) {
+          await this.#sleep(Math.random() * 10 * 2 ** attempt);
+          continue;
+        }
+        if (roles.includes('hold') && failed(reasonOf('hold'))) {
+          holdPresent = false;
+          continue;
+        }
+        if (roles.includes('wallet') && failed(reasonOf('wallet'))) {
+          seenAvailable = walletOf(reasonOf('wallet')?.Item).available;
+          continue;
+        }
+        throw error;
+      }
+    }
+    throw new Error(`settlement ${plan.settlementId} did not commit after ${SETTLE_ATTEMPTS} attempts`);
+  }
+
+  /**
+   * The wallet side of a settlement. With a known shortfall (`seenAvailable`), it pays everything available and
+   * adds the rest to `owed`, on condition that `available` is still what was seen.
+   */
+  #walletSettlement(
+    account: string,
+    released: number,
+    charge: number,
+    owed: number,
+    seenAvailable: number | null,
+  ): TransactWriteItem {
+    const values: Record<string, AttributeValue> = {
+      ':zero': N(0),
+      ':charge': N(charge),
+      ':delta': N(released - charge),
+    };
+    let update =
+      'SET balance = if_not_exists(balance, :zero) - :charge, available = if_not_exists(available, :zero) + :delta';
+    let condition: string | undefined;
+    if (seenAvailable === null) {
+      // Paying more than the hold draws on `available`, which must cover the difference.
+      if (charge > released) {
+        values[':need'] = N(charge - released);
+        condition = 'available >= :need';
+      }
+    } else {
+      values[':seen'] = N(seenAvailable);
+      values[':owed'] = N(owed);
+      update += ', owed = if_not_exists(owed, :zero) + :owed';
+      condition =
+        seenAvailable === 0 ? '(attribute_not_exists(available) OR available = :seen)' : 'available = :seen';
+    }
+    return {
+      Update: {
+        TableName: this.#tables.wallet,
+        Key: walletKey(account),
+        UpdateExpression: update,
+        ...(condition ? { ConditionExpression: condition } : {}),
+        ExpressionAttributeValues: values,
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+      },
+    };
+  }
+
+  /**
+   * Releases holds whose settlement never came (a crash between admission and settlement). Each release is
+   * its own transaction, conditional on the hold still existing, so it cannot race a late settlement into
+   * releasing twice.
+   */
+  async releaseExpiredHolds(nowMs: number): Promise<number> {
+    let released = 0;
+    for (let shard = 0; shard < HOLD_SHARDS; shard++) {
+      const pages = paginateQuery(
+        { client: this.#client },
+        {
+          TableName: this.#tables.wallet,
+          IndexName: 'gsi1',
+          KeyConditionExpression: 'gsi1pk = :shard AND gsi1sk < :now',
+          ExpressionAttributeValues: {
+            ':shard': S(`holds#${shard}`),
+            ':now': S(String(nowMs).padStart(13, '0')),
+          },
+        },
+      );
+      for await (const page of pages) {
+        for (const hold of page.Items ?? []) {
+          const pk = hold.pk?.S;
+          const sk = hold.sk?.S;
+          if (!pk || !sk) continue;
+          try {
+            await this.#client.send(
+              new TransactWriteItemsCommand({
+                TransactItems: [
+                  {
+                    Delete: {
+                      TableName: this.#tables.wallet,
+                      Key: { pk: S(pk), sk: S(sk) },
+                      ConditionExpression: 'attribute_exists(pk)',
+                    },
+                  },
+                  {
+                    Update: {
+                      TableName: this.#tables.wallet,
+                      Key: { pk: S(pk), sk: S('wallet') },
+                      UpdateExpression: 'SET available = available + :amount',
+                      ExpressionAttributeValues: { ':amount': N(num(hold.amount)) },
+                    },
+                  },
+                ],
+              }),
+            );
+            released++;
+          } catch (error) {
+            // Settled (or released) in the meantime: nothing to do.
+            if (!(error instanceof TransactionCanceledException)) throw error;
+          }
+        }
+      }
+    }
+    return released;
+  }
+
+  /**
+   * Credits a top-up (nano-USD) once per payment reference, collects what the account owes, and makes the
+   * account trusted — permanently (spec §3). Returns false when the reference was already credited.
+   */
+  async topUp(input: { accountId: string; amount: number; reference: string; at: number }): Promise<boolean> {
+    for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
+      const before = await this.wallet(input.accountId);
+      const { collected, credited } = applyTopUp(input.amount, before.owed);
+      const account = accountKey(input.accountId);
+      const items: TransactWriteItem[] = [
+        {
+          Put: {
+            TableName: this.#tables.wallet,
+            Item: {
+              pk: S(`topup#${input.reference}`),
+              sk: S('topup'),
+              accountId: S(input.accountId),
+              amount: N(input.amount),
+              at: N(input.at),
+            },
+            ConditionExpression: 'attribute_not_exists(pk)',
+          },
+        },
+        {
+          Update: {
+            TableName: this.#tables.wallet,
+            Key: walletKey(input.accountId),
+            UpdateExpression:
+              'SET balance = if_not_exists(balance, :zero) + :credited, available = if_not_exists(available, :zero) + :credited, owed = :owed',
+            // What is owed must be what we read, or the collection above would be wrong.
+            ConditionExpression:
+              before.owed === 0 ? 'attribute_not_exists(owed) OR owed = :zero' : 'owed = :seen',
+            ExpressionAttributeValues: {
+              ':zero': N(0),
+              ':credited': N(credited),
+              ':owed': N(before.owed - collected),
+              ...(before.owed === 0 ? {} : { ':seen': N(before.owed) }),
+            },
+          },
+        },
+        {
+          Put: {
+            TableName: this.#tables.wallet,
+            Item: {
+              pk: S(account),
+              sk: S(ledgerSk(input.at, `topup#${input.reference}`)),
+              kind: S('credit'),
+              amount: N(input.amount),
+              owed: N(0),
+              reference: S(input.reference),
+              at: N(input.at),
+            },
+          },
+        },
+        {
+          Update: {
+            TableName: this.#tables.accounts,
+            Key: { pk: S(account), sk: S('profile') },
+            UpdateExpression: 'SET tier = :trusted, trustedAt = if_not_exists(trustedAt, :now)',
+            ConditionExpression: 'attribute_exists(pk)',
+            ExpressionAttributeValues: {
+              ':trusted': S('trusted'),
+              ':now': S(new Date(input.at).toISOString()),
+            },
+          },
+        },
+      ];
+      if (collected > 0) {
+        items.push({
+          Put: {
+            TableName: this.#tables.wallet,
+            Item: {
+              pk: S(account),
+              sk: S(ledgerSk(input.at, `topup#${input.reference}#arrears`)),
+              kind: S('arrears'),
+              amount: N(collected),
+              owed: N(0),
+              reference: S(input.reference),
+              at: N(input.at),
+            },
+          },
+        });
+      }
+      try {
+        await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
+        return true;
+      } catch (error) {
+        if (!(error instanceof TransactionCanceledException)) throw error;
+        const reasons = error.CancellationReasons ?? [];
+        if (failed(reasons[0])) return false;
+        if (failed(reasons[3])) throw new Error(`No account ${input.accountId}`);
+        if (conflicted(reasons) || failed(reasons[1])) {
+          await this.#sleep(Math.random() * 10 * 2 ** attempt);
+          continue;
+        }
+        throw error;
+      }
+    }
+    throw new Error(`top-up ${input.reference} did not commit after ${SETTLE_ATTEMPTS} attempts`);
+  }
+
+  async wallet(accountId: string): Promise<WalletState> {
+    const { Item } = await this.#client.send(
+      new GetItemCommand({ TableName: this.#tables.wallet, Key: walletKey(accountId), ConsistentRead: true }),
+    );
+    return walletOf(Item);
+  }
+
+  /** The wallet with its open holds and its whole ledger (operators and tests). */
+  async report(accountId: string): Promise<WalletReport> {
+    const holds: WalletReport['holds'] = [];
+    const ledger: WalletReport['ledger'] = [];
+    const pages = paginateQuery(
+      { client: this.#client },
+      {
+        TableName: this.#tables.wallet,
+        KeyConditionExpression: 'pk = :pk',
+        ExpressionAttributeValues: { ':pk': S(accountKey(accountId)) },
+        ConsistentRead: true,
+      },
+    );
+    let wallet: WalletState = { balance: 0, available: 0, owed: 0 };
+    for await (const page of pages) {
+      for (const item of page.Items ?? []) {
+        const sk = item.sk?.S ?? '';
+        if (sk === 'wallet') wallet = walletOf(item);
+        else if (sk.startsWith('hold#')) {
+          holds.push({
+            requestId: sk.slice(5),
+            amount: num(item.amount),
+            expiresAt: num(item.holdExpiresAt),
+          });
+        } else if (sk.startsWith('ledger#')) {
+          ledger.push({
+            at: num(item.at),
+            kind: (item.kind?.S ?? 'debit') as 'credit' | 'debit' | 'arrears',
+            amount: num(item.amount),
+            owed: num(item.owed),
+            reference: item.reference?.S ?? '',
+          });
+        }
+      }
+    }
+    return { ...wallet, holds, ledger };
+  }
+}
+
+/** Σ credits − Σ debits of a ledger: must equal the balance, always. */
+export const ledgerBalance = (ledger: WalletReport['ledger']): number =>
+  ledger.reduce((sum, entry) => sum + (entry.kind === 'credit' ? entry.amount : -entry.amount), 0);
