@@ -6,13 +6,19 @@
  *   keys create ACCOUNT_ID [--name NAME]        create an API key; the key is printed once, never stored
  *   keys list ACCOUNT_ID                        list an account's keys (public prefixes only)
  *   keys revoke ACCOUNT_ID KEY_PREFIX           revoke keys by public prefix (e.g. svc_live_Ab12Cd34)
+ *   accounts quota ACCOUNT_ID [--rpm N] [--rpd N] [--tpm N] [--tpd N] | --clear
+ *                                               a volume account's custom quota (replaces the tier's limits)
+ *   wallet topup ACCOUNT_ID USD --reference REF credit a top-up (min 1 USD; REF makes it happen once)
+ *   wallet show ACCOUNT_ID                      balance, available, owed, open holds and the ledger
  *
  * Target: the stack `npm start` is running (found through .local/stack.json), or the tables named by
  * ACCOUNTS_TABLE (with the standard AWS_* variables, e.g. AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION).
  */
 import { parseArgs } from 'node:util';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
+import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
+import { NANO_PER_USD, usdToNano } from '#core/pricing.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readStackFile } from '#local/stack-file.ts';
@@ -20,41 +26,75 @@ import { readStackFile } from '#local/stack-file.ts';
 const USAGE = `usage: npm run admin -- <command>
   accounts create [--id ID] [--name NAME]
   accounts show ACCOUNT_ID
+  accounts quota ACCOUNT_ID [--rpm N] [--rpd N] [--tpm N] [--tpd N] | --clear
   keys create ACCOUNT_ID [--name NAME]
   keys list ACCOUNT_ID
-  keys revoke ACCOUNT_ID KEY_PREFIX`;
+  keys revoke ACCOUNT_ID KEY_PREFIX
+  wallet topup ACCOUNT_ID USD --reference REF
+  wallet show ACCOUNT_ID`;
+
+/** Spec §1: the minimum wallet top-up. */
+const MIN_TOP_UP_USD = 1;
 
 class UsageError extends Error {}
 
 interface Target {
   readonly client: DynamoDBClientConfig;
-  readonly accountsTable: string;
+  readonly tables: AccountingTables;
 }
 
 const target = (env: NodeJS.ProcessEnv): Target => {
-  const table = env[tables.accounts.envVar];
-  if (table) return { client: {}, accountsTable: table };
+  const fromEnv = {
+    accounts: env[tables.accounts.envVar],
+    wallet: env[tables.wallet.envVar],
+    buckets: env[tables.buckets.envVar],
+    usage: env[tables.usage.envVar],
+  };
+  if (fromEnv.accounts) {
+    const missing = Object.entries(fromEnv).find(([, v]) => !v);
+    if (missing) {
+      throw new UsageError(
+        `Set ACCOUNTS_TABLE, WALLET_TABLE, BUCKETS_TABLE and USAGE_TABLE (missing ${missing[0]}).`,
+      );
+    }
+    return { client: {}, tables: fromEnv as AccountingTables };
+  }
   const stack = readStackFile();
-  if (stack)
-    return {
-      client: localClientConfig(stack.emulators.dynamodb),
-      accountsTable: stack.resources.tables.accounts,
-    };
+  if (stack) return { client: localClientConfig(stack.emulators.dynamodb), tables: stack.resources.tables };
   throw new UsageError(
     `No target: start the local stack (npm start) or set ${tables.accounts.envVar} and AWS_* variables.`,
   );
 };
 
+const positiveInteger = (value: string | undefined, name: string): number | undefined => {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer`);
+  return n;
+};
+
+const usd = (nano: number) => (nano / NANO_PER_USD).toFixed(9);
+
 export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<string> => {
   const { positionals, values } = parseArgs({
     args: [...argv],
     allowPositionals: true,
-    options: { id: { type: 'string' }, name: { type: 'string' }, json: { type: 'boolean' } },
+    options: {
+      id: { type: 'string' },
+      name: { type: 'string' },
+      reference: { type: 'string' },
+      rpm: { type: 'string' },
+      rpd: { type: 'string' },
+      tpm: { type: 'string' },
+      tpd: { type: 'string' },
+      clear: { type: 'boolean' },
+    },
   });
   const [group, command, ...args] = positionals;
-  const { client: clientConfig, accountsTable } = target(env);
+  const { client: clientConfig, tables: names } = target(env);
   const client = new DynamoDBClient(clientConfig);
-  const accounts = new DynamoAccounts(client, accountsTable);
+  const accounts = new DynamoAccounts(client, names.accounts);
+  const accounting = new DynamoAccounting(client, names, (ms) => new Promise((r) => setTimeout(r, ms)));
   const need = (i: number, what: string): string => {
     const value = args[i];
     if (!value) throw new UsageError(`missing ${what}\n${USAGE}`);
@@ -73,6 +113,59 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         const account = await accounts.getAccount(need(0, 'ACCOUNT_ID'));
         if (!account) throw new UsageError(`no account ${args[0]}`);
         return JSON.stringify(account, null, 2);
+      }
+      case 'accounts quota': {
+        const id = need(0, 'ACCOUNT_ID');
+        const quota = {
+          ...(values.rpm ? { rpm: positiveInteger(values.rpm, 'rpm') } : {}),
+          ...(values.rpd ? { rpd: positiveInteger(values.rpd, 'rpd') } : {}),
+          ...(values.tpm ? { tpm: positiveInteger(values.tpm, 'tpm') } : {}),
+          ...(values.tpd ? { tpd: positiveInteger(values.tpd, 'tpd') } : {}),
+        };
+        if (!values.clear && Object.keys(quota).length === 0)
+          throw new UsageError(`give --rpm/--rpd/--tpm/--tpd or --clear\n${USAGE}`);
+        await accounts.setQuota(id, values.clear ? null : quota);
+        return JSON.stringify(await accounts.getAccount(id), null, 2);
+      }
+      case 'wallet topup': {
+        const id = need(0, 'ACCOUNT_ID');
+        const amount = Number(need(1, 'USD'));
+        if (!Number.isFinite(amount) || amount < MIN_TOP_UP_USD)
+          throw new UsageError(`top-ups are at least ${MIN_TOP_UP_USD} USD`);
+        if (!values.reference)
+          throw new UsageError(
+            '--reference (the payment reference) is required: it makes the top-up happen once',
+          );
+        const credited = await accounting.topUp({
+          accountId: id,
+          amount: usdToNano(amount),
+          reference: values.reference,
+          at: Date.now(),
+        });
+        const wallet = await accounting.wallet(id);
+        return `${credited ? 'credited' : 'already credited (same reference)'}: balance ${usd(wallet.balance)} USD, available ${usd(wallet.available)} USD`;
+      }
+      case 'wallet show': {
+        const report = await accounting.report(need(0, 'ACCOUNT_ID'));
+        return JSON.stringify(
+          {
+            balanceUsd: usd(report.balance),
+            availableUsd: usd(report.available),
+            owedUsd: usd(report.owed),
+            holds: report.holds.map((h) => ({
+              ...h,
+              amountUsd: usd(h.amount),
+              expiresAt: new Date(h.expiresAt).toISOString(),
+            })),
+            ledger: report.ledger.map((e) => ({
+              ...e,
+              amountUsd: usd(e.amount),
+              at: new Date(e.at).toISOString(),
+            })),
+          },
+          null,
+          2,
+        );
       }
       case 'keys create': {
         const { key, info } = await accounts.createKey(

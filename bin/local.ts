@@ -1,8 +1,8 @@
 /**
  * `npm start`: the gateway on one machine, on its embedded defaults — DynamoDB Local, the SQS and S3
  * emulators, the upstream simulator, and the Lambda handlers behind a local Function URL. Configuration is
- * by environment (see README): PORT, HOST, DEMO_API_KEY, UPSTREAM_BASE_URL, UPSTREAM_API_KEY, UPSTREAM_MODEL,
- * DATA_DIR, LOG_LEVEL, and the functions' own tunables. Stops cleanly on SIGINT/SIGTERM.
+ * by environment (see README): PORT, HOST, DEMO_API_KEY, DEMO_BALANCE_USD, UPSTREAM_BASE_URL, UPSTREAM_API_KEY,
+ * UPSTREAM_MODEL, DATA_DIR, LOG_LEVEL, and the functions' own tunables. Stops cleanly on SIGINT/SIGTERM.
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -14,6 +14,8 @@ import { STACK_FILE } from '#local/stack-file.ts';
 const FUNCTION_ENV = [
   'LOG_LEVEL',
   'KEY_CACHE_TTL_MS',
+  'ACCOUNT_CACHE_TTL_MS',
+  'HOLD_TTL_MS',
   'REGISTRY_REFRESH_MS',
   'MAX_JSON_BODY_BYTES',
   'UPSTREAM_COMPLETION_TIMEOUT_MS',
@@ -22,6 +24,9 @@ const FUNCTION_ENV = [
   'UPSTREAM_MAX_ATTEMPTS',
   'UPSTREAM_CONNECTIONS_PER_ORIGIN',
 ];
+
+/** The demo account starts with this much (it also makes the account trusted: its first top-up). */
+const DEFAULT_DEMO_BALANCE_USD = 10;
 
 const env = process.env;
 const fail = (message: string): never => {
@@ -35,6 +40,11 @@ if (!Number.isInteger(port) || port < 0 || port > 65535)
 if (env.DEMO_API_KEY && !isWellFormedKey(env.DEMO_API_KEY)) {
   fail('DEMO_API_KEY must be svc_live_ followed by 16–128 letters or digits');
 }
+const demoBalanceUsd = Number(env.DEMO_BALANCE_USD ?? DEFAULT_DEMO_BALANCE_USD);
+if (!Number.isFinite(demoBalanceUsd) || (demoBalanceUsd !== 0 && demoBalanceUsd < 1)) {
+  fail(`DEMO_BALANCE_USD must be 0 or at least 1 (the minimum top-up), got "${env.DEMO_BALANCE_USD}"`);
+}
+if (env.METERING && env.METERING !== 'on' && env.METERING !== 'off') fail(`METERING must be on or off`);
 if (env.UPSTREAM_BASE_URL && !/^https?:\/\//.test(env.UPSTREAM_BASE_URL)) {
   fail(`UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL}"`);
 }
@@ -48,6 +58,8 @@ const stack = await startLocalStack({
   host: env.HOST ?? '127.0.0.1',
   ...(env.DATA_DIR ? { dataDir: resolve(env.DATA_DIR) } : {}),
   ...(env.DEMO_API_KEY ? { demoApiKey: env.DEMO_API_KEY } : {}),
+  demoBalanceUsd,
+  metering: env.METERING !== 'off',
   ...(env.UPSTREAM_BASE_URL ? { upstreamBaseUrl: env.UPSTREAM_BASE_URL } : {}),
   ...(env.UPSTREAM_API_KEY ? { upstreamApiKey: env.UPSTREAM_API_KEY } : {}),
   ...(env.UPSTREAM_MODEL ? { upstreamModel: env.UPSTREAM_MODEL } : {}),
@@ -66,6 +78,7 @@ console.log(`
 gateway listening on ${stack.url}/v1  (ready in ${Date.now() - started} ms)
 upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : env.UPSTREAM_BASE_URL}
 demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}
+demo wallet: ${demoBalanceUsd} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}
 
 try it:
   curl ${stack.url}/v1/chat/completions -H "Authorization: Bearer ${env.DEMO_API_KEY ? '$DEMO_API_KEY' : stack.demoApiKey}" \\

@@ -9,6 +9,10 @@ import type { AddressInfo } from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { createSqsServer } from 'local-aws-sqs';
 import S3rver from 's3rver';
+import { lowerThreadPriority } from './workers.ts';
+
+// Managed services on AWS: they must not take CPU from the handlers they stand in for.
+lowerThreadPriority();
 
 interface WorkerInput {
   readonly s3Directory: string;

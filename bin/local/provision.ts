@@ -27,6 +27,7 @@ import { type EmulatorEndpoints, localClientConfig } from './emulators.ts';
 export interface Provisioned {
   readonly tables: Readonly<Record<TableId, string>>;
   readonly settlementQueueUrl: string;
+  readonly settlementQueueArn: string;
   readonly settlementDlqUrl: string;
   readonly siteBucket: string;
 }
@@ -36,7 +37,11 @@ export interface Provisioned {
  * same definitions the CDK stacks use (lib/resources.ts). Idempotent, so a persisted DATA_DIR restarts
  * cleanly. `prefix` isolates stacks sharing emulators (each test file gets its own).
  */
-export const provision = async (endpoints: EmulatorEndpoints, prefix: string): Promise<Provisioned> => {
+export const provision = async (
+  endpoints: EmulatorEndpoints,
+  prefix: string,
+  options: { settlementVisibilityTimeoutSeconds?: number } = {},
+): Promise<Provisioned> => {
   const dynamo = new DynamoDBClient(localClientConfig(endpoints.dynamodb));
   const sqs = new SQSClient(localClientConfig(endpoints.sqs));
   const s3 = new S3Client({ ...localClientConfig(endpoints.s3), forcePathStyle: true });
@@ -50,7 +55,11 @@ export const provision = async (endpoints: EmulatorEndpoints, prefix: string): P
         }),
       ),
     ) as Record<TableId, string>;
-    const queue = await createQueueWithDlq(sqs, prefix);
+    const queue = await createQueueWithDlq(
+      sqs,
+      prefix,
+      options.settlementVisibilityTimeoutSeconds ?? queues.settlement.visibilityTimeoutSeconds,
+    );
     const siteBucket = physicalName(prefix, buckets.site.id).toLowerCase();
     try {
       await s3.send(new CreateBucketCommand({ Bucket: siteBucket }));
@@ -112,7 +121,7 @@ const createTable = async (client: DynamoDBClient, name: string, definition: Tab
   }
 };
 
-const createQueueWithDlq = async (client: SQSClient, prefix: string) => {
+const createQueueWithDlq = async (client: SQSClient, prefix: string, visibilityTimeoutSeconds: number) => {
   const { settlement } = queues;
   const dlq = await client.send(
     new CreateQueueCommand({
@@ -128,7 +137,7 @@ const createQueueWithDlq = async (client: SQSClient, prefix: string) => {
     new CreateQueueCommand({
       QueueName: physicalName(prefix, settlement.id),
       Attributes: {
-        VisibilityTimeout: String(settlement.visibilityTimeoutSeconds),
+        VisibilityTimeout: String(visibilityTimeoutSeconds),
         MessageRetentionPeriod: String(settlement.retentionSeconds),
         RedrivePolicy: JSON.stringify({
           deadLetterTargetArn: Attributes?.QueueArn,
@@ -137,5 +146,12 @@ const createQueueWithDlq = async (client: SQSClient, prefix: string) => {
       },
     }),
   );
-  return { settlementQueueUrl: main.QueueUrl as string, settlementDlqUrl: dlqUrl };
+  const mainAttributes = await client.send(
+    new GetQueueAttributesCommand({ QueueUrl: main.QueueUrl, AttributeNames: ['QueueArn'] }),
+  );
+  return {
+    settlementQueueUrl: main.QueueUrl as string,
+    settlementQueueArn: mainAttributes.Attributes?.QueueArn ?? '',
+    settlementDlqUrl: dlqUrl,
+  };
 };

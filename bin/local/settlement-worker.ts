@@ -7,6 +7,10 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
+import { lowerThreadPriority } from './workers.ts';
+
+// After-response work of other invocations: on AWS it never delays a request served elsewhere.
+lowerThreadPriority();
 
 interface WorkerInput {
   readonly client: SQSClientConfig;

@@ -1,11 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { RequestTooLargeError, RouteNotFoundError } from '#core/errors.ts';
+import type { Clock } from '#core/ports.ts';
+import { usdToNano } from '#core/pricing.ts';
 import { type Config, loadConfig } from '#functions/config.ts';
 import { type Container, createContainer } from '#functions/container.ts';
 import { errorResponse } from '#http/handler.ts';
 import { queues, tables } from '#lib/resources.ts';
+import type { ConsumerWorkerInput } from './consumer-worker.ts';
 import { type EmulatorEndpoints, localClientConfig, startEmulators } from './emulators.ts';
 import {
   functionUrlEvent,
@@ -16,7 +20,14 @@ import {
 } from './function-url.ts';
 import { installLambdaGlobals, isStreamingHandler, type StreamingHandler } from './lambda-runtime.ts';
 import { type Provisioned, provision } from './provision.ts';
-import { externalDeployments, readCatalog, SIMULATOR_SECRETS, seed, simulatorDeployments } from './seed.ts';
+import {
+  DEMO_ACCOUNT_ID,
+  externalDeployments,
+  readCatalog,
+  SIMULATOR_SECRETS,
+  seed,
+  simulatorDeployments,
+} from './seed.ts';
 import { ThreadedSettlementSink } from './settlement-thread.ts';
 import { startServiceWorker } from './workers.ts';
 
@@ -40,8 +51,22 @@ export interface LocalStackOptions {
   /** Added latency of a simulator started by the stack. */
   readonly simulatorLatencyMs?: number;
   readonly demoApiKey?: string;
+  /** Top up the demo account's wallet with this many USD (once per amount; the first top-up makes it trusted). */
+  readonly demoBalanceUsd?: number;
   /** Extra function environment (LOG_LEVEL, timeouts, …), as a Lambda's configuration would set it. */
   readonly functionEnv?: Readonly<Record<string, string>>;
+  /** Run the settlement consumer and the hold sweeper (default true; tests that drive them directly turn it off). */
+  readonly consumers?: boolean;
+  /** Settlement queue visibility timeout (tests shorten it to see redelivery). */
+  readonly settlementVisibilityTimeoutSeconds?: number;
+  /** How often the sweeper runs (default 60 s). */
+  readonly sweepIntervalMs?: number;
+  /** Benchmark only: serve without admission (no limits, no holds) to measure what metering costs. */
+  readonly metering?: boolean;
+  /** Tests: the gateway's clock (GCRA with an injected clock). */
+  readonly clock?: Clock;
+  /** Tests: extra DynamoDB client settings for the gateway (e.g. a request handler that fails on demand). */
+  readonly dynamodbOverrides?: Partial<DynamoDBClientConfig>;
   readonly log?: (line: string) => void;
 }
 
@@ -89,7 +114,11 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       emulators = { dynamodb: started.dynamodb, sqs: started.sqs, s3: started.s3 };
     }
 
-    const resources = await provision(emulators, options.prefix ?? 'svc-local');
+    const resources = await provision(emulators, options.prefix ?? 'svc-local', {
+      ...(options.settlementVisibilityTimeoutSeconds
+        ? { settlementVisibilityTimeoutSeconds: options.settlementVisibilityTimeoutSeconds }
+        : {}),
+    });
     const models = readCatalog();
 
     let simulatorUrl: string | null = null;
@@ -125,13 +154,17 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     });
 
     // The functions' configuration, exactly as their Lambda environment would carry it.
-    const config = loadConfig({
+    const functionEnv: Record<string, string> = {
       ...Object.fromEntries(
         Object.entries(tables).map(([id, t]) => [t.envVar, resources.tables[id as keyof typeof tables]]),
       ),
       [queues.settlement.envVar]: resources.settlementQueueUrl,
+      // DynamoDB Local runs transactions one at a time: parallel settlements would only queue in front of the
+      // gateway's admissions. On AWS the default (4) applies.
+      SETTLEMENT_PARALLELISM: '1',
       ...options.functionEnv,
-    });
+    };
+    const config = loadConfig(functionEnv);
     // One thread serves every invocation here, so the SQS work after each response runs on its own thread,
     // as it would on the invocation's own Lambda instance (see settlement-thread.ts). That thread serves many
     // invocations at once, so records may share an SQS batch for a few milliseconds.
@@ -146,10 +179,34 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
         ...SIMULATOR_SECRETS,
         ...(options.upstreamApiKey ? { UPSTREAM_API_KEY: options.upstreamApiKey } : {}),
       },
-      aws: { dynamodb: localClientConfig(emulators.dynamodb), sqs: localClientConfig(emulators.sqs) },
+      aws: {
+        dynamodb: { ...localClientConfig(emulators.dynamodb), ...options.dynamodbOverrides },
+        sqs: localClientConfig(emulators.sqs),
+      },
       settlements,
+      metering: options.metering ?? true,
+      ...(options.clock ? { clock: options.clock } : {}),
     });
     stops.push(() => container.close());
+
+    if (options.demoBalanceUsd) {
+      await container.accounting.topUp({
+        accountId: DEMO_ACCOUNT_ID,
+        amount: usdToNano(options.demoBalanceUsd),
+        reference: `demo-seed-${options.demoBalanceUsd}`,
+        at: Date.now(),
+      });
+    }
+    if (options.consumers ?? true) {
+      const consumer = await startServiceWorker<'ready'>(new URL('./consumer-worker.ts', import.meta.url), {
+        functionEnv,
+        aws: { dynamodb: localClientConfig(emulators.dynamodb), sqs: localClientConfig(emulators.sqs) },
+        queueUrl: resources.settlementQueueUrl,
+        queueArn: resources.settlementQueueArn,
+        sweepIntervalMs: options.sweepIntervalMs ?? 60_000,
+      } satisfies ConsumerWorkerInput);
+      stops.push(() => consumer.stop());
+    }
 
     const routes = await loadRoutes(container);
     const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {

@@ -1,3 +1,5 @@
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { Worker } from 'node:worker_threads';
 
 /** A worker thread that reports readiness with its first message and stops on a `stop` message. */
@@ -33,4 +35,25 @@ export const startServiceWorker = async <T>(script: URL, workerData: unknown): P
       await worker.terminate();
     },
   };
+};
+
+/** Niceness for threads standing in for work that runs on other machines on AWS. */
+const BACKGROUND_NICENESS = 10;
+
+/**
+ * Lowers the calling thread's CPU priority. The local host runs on one machine what AWS spreads over many: the
+ * SQS and S3 emulators, the settlement sender and the consumer function each do real work per request, but on
+ * AWS none of it competes with the handler serving the next request. With this, the kernel gives the request
+ * path (and the upstream simulator) the CPU first when both want it. Linux only (a thread's niceness is its
+ * own there); elsewhere it does nothing. Returns whether it took effect.
+ */
+export const lowerThreadPriority = (niceness = BACKGROUND_NICENESS): boolean => {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    if (!Number.isInteger(tid)) return false;
+    setPriority(tid, niceness);
+    return true;
+  } catch {
+    return false;
+  }
 };

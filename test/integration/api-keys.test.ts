@@ -23,6 +23,9 @@ const admin = async (...args: string[]) => {
       ...process.env,
       ...LOCAL_AWS_ENV,
       ACCOUNTS_TABLE: t.stack.resources.tables.accounts,
+      WALLET_TABLE: t.stack.resources.tables.wallet,
+      BUCKETS_TABLE: t.stack.resources.tables.buckets,
+      USAGE_TABLE: t.stack.resources.tables.usage,
       AWS_ENDPOINT_URL_DYNAMODB: t.stack.emulators.dynamodb,
     },
   });
@@ -51,6 +54,9 @@ describe('API keys through the admin CLI', () => {
     const out = await admin('keys', 'create', accountId, '--name', 'laptop');
     key = out.split('\n')[0] as string;
     expect(key).toMatch(/^svc_live_[A-Za-z0-9]{40}$/);
+    // The key authenticates at once; the empty wallet is what refuses this paid model.
+    expect((await chat(key)).status).toBe(402);
+    expect(await admin('wallet', 'topup', accountId, '5', '--reference', 'pay_ada_1')).toMatch(/^credited/);
     expect((await chat(key)).status).toBe(200);
   });
 

@@ -61,13 +61,21 @@ describe('DATA_DIR', () => {
     client.destroy();
     await first.stop();
 
-    const second = await startLocalStack({ port: 0, dataDir, functionEnv: { LOG_LEVEL: 'silent' } });
+    const second = await startLocalStack({
+      port: 0,
+      dataDir,
+      demoBalanceUsd: 5,
+      functionEnv: { LOG_LEVEL: 'silent' },
+    });
     try {
       const again = new DynamoDBClient(localClientConfig(second.emulators.dynamodb));
       expect(
         await new DynamoAccounts(again, second.resources.tables.accounts).getAccount('acct_kept'),
       ).toMatchObject({ name: 'kept' });
       again.destroy();
+      // The same seed top-up is not credited twice across restarts.
+      const wallet = await second.container.accounting.report('acct_demo');
+      expect(wallet.ledger.filter((e) => e.kind === 'credit')).toHaveLength(1);
       // The first run's demo key still works; this run printed a new one as well.
       expect((await chat(second.url, key)).status).toBe(200);
       expect((await chat(second.url, second.demoApiKey)).status).toBe(200);

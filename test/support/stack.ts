@@ -49,6 +49,10 @@ export const startTestStack = async (
     prefix: `t${randomBytes(4).toString('hex')}`,
     simulatorUrl: simulator.url,
     functionEnv: { ...TEST_FUNCTION_ENV, ...functionEnv },
+    // A funded (hence trusted) demo account; the settlement consumer only where a test asks for it, so tests
+    // that read the queue see every record.
+    demoBalanceUsd: 100,
+    consumers: false,
     ...stackOptions,
   });
   const baseURL = `${stack.url}/v1`;
