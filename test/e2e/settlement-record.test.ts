@@ -38,7 +38,10 @@ describe('the settlement record', () => {
       status: 200,
       outcome: 'success',
       fault: null,
-      hold: null,
+      admission: {
+        hold: { id: res.headers.get('x-request-id'), amount: expect.any(Number) },
+        estimatedTokens: expect.any(Number),
+      },
       usage: {
         promptTokens: completion.usage.prompt_tokens,
         completionTokens: completion.usage.completion_tokens,

@@ -1,0 +1,204 @@
+import {
+  GetQueueAttributesCommand,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
+import type { Context, SQSEvent } from 'aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ledgerBalance } from '#adapters/dynamo-accounting.ts';
+import type { Container } from '#functions/container.ts';
+import { createHandler } from '#functions/settlement.ts';
+import { localClientConfig } from '#local/emulators.ts';
+import { invocationContext } from '#local/function-url.ts';
+import { startPoller } from '#local/settlement-poller.ts';
+import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
+
+const until = async (check: () => Promise<boolean>, timeoutMs: number, what: string) => {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+};
+
+const chat = (t: TestStack, extra: Record<string, unknown> = {}) =>
+  t.post('/chat/completions', {
+    model: 'famA-v4.1-flash',
+    messages: [{ role: 'user', content: 'hi' }],
+    max_tokens: 8,
+    ...extra,
+  });
+
+describe('the running settlement consumer', () => {
+  let t: TestStack;
+  beforeAll(async () => {
+    t = await startTestStack({ consumers: true, settlementVisibilityTimeoutSeconds: 1 });
+  });
+  afterAll(() => t?.stop());
+
+  it('settles every call: holds released, costs debited, ledger and balance in step', async () => {
+    const before = await t.stack.container.accounting.report('acct_demo');
+    for (let i = 0; i < 5; i++) expect((await chat(t)).status).toBe(200);
+    await (await chat(t, { stream: true })).text();
+    await until(
+      async () => (await t.stack.container.accounting.report('acct_demo')).holds.length === 0,
+      10_000,
+      'holds to be released',
+    );
+    const after = await t.stack.container.accounting.report('acct_demo');
+    const debits = after.ledger.filter((e) => e.kind === 'debit');
+    expect(debits.length - before.ledger.filter((e) => e.kind === 'debit').length).toBe(6);
+    expect(after.balance).toBeLessThan(before.balance);
+    expect(after.balance).toBe(ledgerBalance(after.ledger));
+    expect(after.available).toBe(after.balance);
+  });
+
+  it('moves a poison message to the dead-letter queue after five receives, and settles the rest of its batch', async () => {
+    const sqs = new SQSClient(localClientConfig(t.stack.emulators.sqs));
+    try {
+      await sqs.send(
+        new SendMessageCommand({
+          QueueUrl: t.stack.resources.settlementQueueUrl,
+          MessageBody: '{"not":"a settlement"',
+        }),
+      );
+      expect((await chat(t)).status).toBe(200);
+      let deadLettered: string | undefined;
+      await until(
+        async () => {
+          const { Messages = [] } = await sqs.send(
+            new ReceiveMessageCommand({
+              QueueUrl: t.stack.resources.settlementDlqUrl,
+              MessageSystemAttributeNames: ['All'],
+            }),
+          );
+          deadLettered = Messages[0]?.Body;
+          return Messages.length > 0;
+        },
+        20_000,
+        'the poison message to reach the DLQ',
+      );
+      expect(deadLettered).toBe('{"not":"a settlement"');
+      expect((await t.stack.container.accounting.report('acct_demo')).holds).toHaveLength(0);
+    } finally {
+      sqs.destroy();
+    }
+  });
+});
+
+describe('exactly-once settlement over SQS', () => {
+  let t: TestStack;
+  beforeAll(async () => {
+    t = await startTestStack({ consumers: false, settlementVisibilityTimeoutSeconds: 1 });
+  });
+  afterAll(() => t?.stop());
+
+  it('debits once when a record is resent and redelivered after a visibility timeout', async () => {
+    await drainSettlements(t.stack);
+    const res = await chat(t);
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record?.requestId).toBe(res.headers.get('x-request-id'));
+    const body = JSON.stringify(record);
+    const sqs = new SQSClient(localClientConfig(t.stack.emulators.sqs));
+    // The same record three times, as a sender retrying after a lost acknowledgement would.
+    for (let i = 0; i < 3; i++)
+      await sqs.send(
+        new SendMessageCommand({ QueueUrl: t.stack.resources.settlementQueueUrl, MessageBody: body }),
+      );
+
+    // The consumer's first transaction commits, then the invocation dies before the message is deleted: SQS
+    // hands the message out again once its visibility timeout has passed.
+    let crashed = false;
+    const outcomes: string[] = [];
+    const base = t.stack.container;
+    const crashing: Container = {
+      ...base,
+      accounting: Object.assign(Object.create(Object.getPrototypeOf(base.accounting)), base.accounting, {
+        settle: async (plan: Parameters<typeof base.accounting.settle>[0]) => {
+          const outcome = await base.accounting.settle(plan);
+          outcomes.push(outcome);
+          if (!crashed) {
+            crashed = true;
+            throw new Error('invocation timed out after committing (injected)');
+          }
+          return outcome;
+        },
+      }) as typeof base.accounting,
+    };
+    const balanceBefore = (await base.accounting.report('acct_demo')).balance;
+    const stop = startPoller({
+      sqs,
+      queueUrl: t.stack.resources.settlementQueueUrl,
+      queueArn: t.stack.resources.settlementQueueArn,
+      handler: createHandler(() => crashing),
+    });
+    try {
+      // Three sends and one redelivery of the crashed receive; in-flight messages count until deleted.
+      await until(
+        async () => {
+          const { Attributes = {} } = await sqs.send(
+            new GetQueueAttributesCommand({
+              QueueUrl: t.stack.resources.settlementQueueUrl,
+              AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+            }),
+          );
+          const left =
+            Number(Attributes.ApproximateNumberOfMessages) +
+            Number(Attributes.ApproximateNumberOfMessagesNotVisible);
+          return outcomes.length >= 4 && left === 0;
+        },
+        15_000,
+        'every delivery, the redelivery included, to be consumed',
+      );
+    } finally {
+      await stop();
+      sqs.destroy();
+    }
+    expect(outcomes.filter((o) => o === 'settled')).toHaveLength(1);
+    expect(outcomes.filter((o) => o === 'duplicate')).toHaveLength(3);
+    const after = await base.accounting.report('acct_demo');
+    const debits = after.ledger.filter((e) => e.kind === 'debit' && e.reference === record?.requestId);
+    expect(debits).toHaveLength(1);
+    expect(after.balance).toBe(balanceBefore - (record?.cost ?? Number.NaN));
+    expect(after.holds).toHaveLength(0);
+    expect(after.balance).toBe(ledgerBalance(after.ledger));
+  });
+
+  it('reports only the failed messages of a batch (ReportBatchItemFailures)', async () => {
+    await drainSettlements(t.stack);
+    await chat(t);
+    await chat(t);
+    const [first, second] = await takeSettlements(t.stack, 2);
+    const event: SQSEvent = {
+      Records: [
+        { body: JSON.stringify(first), messageId: 'm-1' },
+        { body: 'poison', messageId: 'm-2' },
+        { body: JSON.stringify(second), messageId: 'm-3' },
+      ].map((r) => ({
+        ...r,
+        receiptHandle: r.messageId,
+        attributes: {
+          ApproximateReceiveCount: '1',
+          SentTimestamp: '0',
+          SenderId: 'x',
+          ApproximateFirstReceiveTimestamp: '0',
+        },
+        messageAttributes: {},
+        md5OfBody: '',
+        eventSource: 'aws:sqs',
+        eventSourceARN: t.stack.resources.settlementQueueArn,
+        awsRegion: 'us-east-1',
+      })),
+    };
+    const result = await createHandler(() => t.stack.container)(
+      event,
+      invocationContext('settlement', 30_000) as Context,
+    );
+    expect(result).toEqual({ batchItemFailures: [{ itemIdentifier: 'm-2' }] });
+    const ledger = (await t.stack.container.accounting.report('acct_demo')).ledger;
+    expect(
+      ledger.filter((e) => e.reference === first?.requestId || e.reference === second?.requestId),
+    ).toHaveLength(2);
+  });
+});

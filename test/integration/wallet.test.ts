@@ -1,0 +1,251 @@
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { Principal } from '#core/authenticator.ts';
+import { InsufficientBalanceError } from '#core/errors.ts';
+import { usdToNano } from '#core/pricing.ts';
+import { planSettlement } from '#core/settlement.ts';
+import { loadConfig } from '#functions/config.ts';
+import { createContainer } from '#functions/container.ts';
+import { createHandler as createSweeper } from '#functions/hold-sweeper.ts';
+import { tables as tableDefinitions } from '#lib/resources.ts';
+import { localClientConfig } from '#local/emulators.ts';
+import { invocationContext } from '#local/function-url.ts';
+import { type AccountingHarness, accountingHarness, chatSettlement } from '#test/accounting.ts';
+
+let h: AccountingHarness;
+beforeAll(async () => {
+  h = await accountingHarness();
+});
+afterAll(() => h?.close());
+
+let counter = 0;
+const newAccount = async (usd = 0) => {
+  const account = await h.accounts.createAccount({ id: `acct_w${counter++}_${Date.now()}` });
+  if (usd > 0)
+    await h.accounting.topUp({
+      accountId: account.id,
+      amount: usdToNano(usd),
+      reference: `seed-${account.id}`,
+      at: h.clock.now(),
+    });
+  return account.id;
+};
+const principal = (accountId: string): Principal => ({ accountId, keyPrefix: 'svc_live_test0000' });
+
+const settled = (
+  accountId: string,
+  requestId: string,
+  options: Omit<Parameters<typeof chatSettlement>[2], 'at'>,
+) => chatSettlement(accountId, requestId, { ...options, at: h.clock.now() });
+
+/** Admission a millisecond after whatever came before, so the ledger's order follows the test's. */
+const admit = (accountId: string, requestId: string, holdAmount: number, estimatedTokens = 10) => {
+  h.clock.advance(1);
+  return h.admission.admit(principal(accountId), { requestId, estimatedTokens, holdAmount });
+};
+
+describe('top-ups', () => {
+  it('credit once per payment reference and make the account trusted, permanently', async () => {
+    const id = await newAccount();
+    expect((await h.accounts.getAccount(id))?.tier).toBe('unverified');
+    const topUp = () =>
+      h.accounting.topUp({ accountId: id, amount: usdToNano(2), reference: `pay-${id}`, at: h.clock.now() });
+    expect(await topUp()).toBe(true);
+    expect(await topUp()).toBe(false);
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: usdToNano(2),
+      available: usdToNano(2),
+      owed: 0,
+    });
+    expect((await h.accounts.getAccount(id))?.tier).toBe('trusted');
+    // Spending everything does not take the tier back.
+    await admit(id, `spend-${id}`, usdToNano(2));
+    await h.accounting.settle(
+      planSettlement(settled(id, `spend-${id}`, { cost: usdToNano(2), hold: usdToNano(2) })),
+    );
+    expect((await h.accounting.wallet(id)).balance).toBe(0);
+    expect((await h.accounts.getAccount(id))?.tier).toBe('trusted');
+  });
+});
+
+describe('admission and settlement', () => {
+  it('holds the worst case, then releases it and debits the actual cost with a ledger entry', async () => {
+    const id = await newAccount(1);
+    await admit(id, 'r1', 300_000);
+    expect(await h.accounting.wallet(id)).toMatchObject({
+      balance: usdToNano(1),
+      available: usdToNano(1) - 300_000,
+    });
+    expect(
+      await h.accounting.settle(planSettlement(settled(id, 'r1', { cost: 120_000, hold: 300_000 }))),
+    ).toBe('settled');
+    const { report, balanceMatchesLedger, availableMatchesHolds } = await h.invariants(id);
+    expect(report).toMatchObject({
+      balance: usdToNano(1) - 120_000,
+      available: usdToNano(1) - 120_000,
+      holds: [],
+    });
+    expect(report.ledger.at(-1)).toMatchObject({ kind: 'debit', amount: 120_000, owed: 0, reference: 'r1' });
+    expect(balanceMatchesLedger && availableMatchesHolds).toBe(true);
+  });
+
+  it('refuses a hold the wallet cannot cover, saying how much is available', async () => {
+    const id = await newAccount(1);
+    const error = await admit(id, 'big', usdToNano(1) + 1).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InsufficientBalanceError);
+    expect((error as InsufficientBalanceError).balance).toMatchObject({
+      available: 1,
+      required: 1.000000001,
+    });
+    expect((await h.accounting.wallet(id)).available).toBe(usdToNano(1));
+  });
+
+  it('holds nothing for free models', async () => {
+    const id = await newAccount();
+    await expect(admit(id, 'free', 0)).resolves.toMatchObject({ hold: null });
+  });
+
+  it('debits a duplicated settlement once, however many deliveries race', async () => {
+    const id = await newAccount(1);
+    await admit(id, 'dup', 50_000);
+    const plan = planSettlement(settled(id, 'dup', { cost: 40_000, hold: 50_000 }));
+    const outcomes = await Promise.all(Array.from({ length: 6 }, () => h.accounting.settle(plan)));
+    expect(outcomes.filter((o) => o === 'settled')).toHaveLength(1);
+    expect(outcomes.filter((o) => o === 'duplicate')).toHaveLength(5);
+    expect((await h.accounting.wallet(id)).balance).toBe(usdToNano(1) - 40_000);
+  });
+
+  it('debits a cost above its hold from the available amount', async () => {
+    const id = await newAccount(1);
+    await admit(id, 'over', 10_000);
+    await h.accounting.settle(planSettlement(settled(id, 'over', { cost: 25_000, hold: 10_000 })));
+    const { report, balanceMatchesLedger, availableMatchesHolds } = await h.invariants(id);
+    expect(report).toMatchObject({
+      balance: usdToNano(1) - 25_000,
+      available: usdToNano(1) - 25_000,
+      owed: 0,
+    });
+    expect(balanceMatchesLedger && availableMatchesHolds).toBe(true);
+  });
+
+  it('records as owed what the wallet cannot pay, never dropping it, and collects it from the next top-up', async () => {
+    const id = await newAccount(1);
+    await admit(id, 'hold-all', usdToNano(1));
+    // The upstream ignored the cap: the call cost 1.5 USD against a 1 USD hold on a 1 USD wallet.
+    await h.accounting.settle(
+      planSettlement(settled(id, 'hold-all', { cost: usdToNano(1.5), hold: usdToNano(1) })),
+    );
+    let check = await h.invariants(id);
+    expect(check.report).toMatchObject({ balance: 0, available: 0, owed: usdToNano(0.5) });
+    expect(check.report.ledger.at(-1)).toMatchObject({
+      kind: 'debit',
+      amount: usdToNano(1),
+      owed: usdToNano(0.5),
+    });
+    expect(check.balanceMatchesLedger && check.nonNegative).toBe(true);
+    h.clock.advance(1);
+    await h.accounting.topUp({
+      accountId: id,
+      amount: usdToNano(2),
+      reference: `pay2-${id}`,
+      at: h.clock.now(),
+    });
+    check = await h.invariants(id);
+    expect(check.report).toMatchObject({ balance: usdToNano(1.5), available: usdToNano(1.5), owed: 0 });
+    expect(check.report.ledger.map((e) => e.kind)).toEqual(['credit', 'debit', 'credit', 'arrears']);
+    expect(check.balanceMatchesLedger).toBe(true);
+  });
+
+  it('corrects the token buckets by what the estimate got wrong', async () => {
+    const id = await newAccount(1);
+    const admitted = await admit(id, 'tokens', 1_000, 5_000);
+    const before = await h.client.send(
+      new (await import('@aws-sdk/client-dynamodb')).GetItemCommand({
+        TableName: h.resources.tables.buckets,
+        Key: { pk: { S: `acct#${id}` }, sk: { S: 'limits' } },
+        ConsistentRead: true,
+      }),
+    );
+    await h.accounting.settle(
+      planSettlement({
+        ...settled(id, 'tokens', { cost: 500, hold: 1_000, tokens: 1_000, estimatedTokens: 5_000 }),
+        admission: { hold: admitted.hold, estimatedTokens: 5_000, tokenEmissionUs: admitted.tokenEmissionUs },
+      }),
+    );
+    const after = await h.client.send(
+      new (await import('@aws-sdk/client-dynamodb')).GetItemCommand({
+        TableName: h.resources.tables.buckets,
+        Key: { pk: { S: `acct#${id}` }, sk: { S: 'limits' } },
+        ConsistentRead: true,
+      }),
+    );
+    const refundedTokens = 4_000;
+    expect(Number(after.Item?.tpm?.N) - Number(before.Item?.tpm?.N)).toBe(
+      -refundedTokens * admitted.tokenEmissionUs.tpm,
+    );
+    expect(Number(after.Item?.rpm?.N)).toBe(Number(before.Item?.rpm?.N));
+  });
+});
+
+describe('the hold sweeper', () => {
+  it('releases a hold whose settlement never came, only once it has expired', async () => {
+    const id = await newAccount(1);
+    await admit(id, 'crashed', 70_000);
+    const config = loadConfig({
+      ...Object.fromEntries(
+        Object.entries(tableDefinitions).map(([key, t]) => [
+          t.envVar,
+          h.resources.tables[key as keyof typeof tableDefinitions],
+        ]),
+      ),
+      SETTLEMENT_QUEUE_URL: h.resources.settlementQueueUrl,
+      LOG_LEVEL: 'silent',
+    });
+    const container = createContainer(config, {
+      aws: { dynamodb: localClientConfig(inject('emulators').dynamodb) },
+      clock: h.clock,
+    });
+    const sweep = () =>
+      createSweeper(() => container)({} as never, invocationContext('hold-sweeper', 60_000));
+    try {
+      expect(await sweep()).toEqual({ released: 0 });
+      expect((await h.accounting.wallet(id)).available).toBe(usdToNano(1) - 70_000);
+      h.clock.advance(30 * 60_000 + 1);
+      expect((await sweep())?.released).toBeGreaterThanOrEqual(1);
+      const { report } = await h.invariants(id);
+      expect(report).toMatchObject({ balance: usdToNano(1), available: usdToNano(1), holds: [] });
+      expect(report.ledger.filter((e) => e.kind === 'debit')).toHaveLength(0);
+    } finally {
+      await container.close();
+    }
+  });
+
+  it('never lets a late settlement release an already released hold twice', async () => {
+    const id = await newAccount(1);
+    await admit(id, 'late', 80_000);
+    h.clock.advance(30 * 60_000 + 1);
+    await h.accounting.releaseExpiredHolds(h.clock.now());
+    await h.accounting.settle(planSettlement(settled(id, 'late', { cost: 30_000, hold: 80_000 })));
+    const { report, balanceMatchesLedger, availableMatchesHolds } = await h.invariants(id);
+    expect(report).toMatchObject({ balance: usdToNano(1) - 30_000, available: usdToNano(1) - 30_000 });
+    expect(balanceMatchesLedger && availableMatchesHolds).toBe(true);
+  });
+});
+
+describe('no overdraft', () => {
+  it('admits at most N of many concurrent calls on a wallet covering exactly N, and available stays ≥ 0', async () => {
+    const hold = 125_000_000; // 0.125 USD: 8 of them are exactly 1 USD
+    const id = await newAccount(1);
+    const results = await Promise.allSettled(
+      Array.from({ length: 40 }, (_, i) => admit(id, `race-${i}`, hold)),
+    );
+    const admitted = results.filter((r) => r.status === 'fulfilled').length;
+    expect(admitted).toBe(8);
+    expect(
+      results.filter((r) => r.status === 'rejected' && r.reason instanceof InsufficientBalanceError),
+    ).toHaveLength(32);
+    const { report, availableMatchesHolds, nonNegative } = await h.invariants(id);
+    expect(report.available).toBe(0);
+    expect(report.holds).toHaveLength(8);
+    expect(availableMatchesHolds && nonNegative).toBe(true);
+  });
+});
