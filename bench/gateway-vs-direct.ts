@@ -17,10 +17,12 @@
  * Environment: GATEWAY_ENV_<NAME>=value is passed to the stack as <NAME>=value.
  * Writes bench/results/latest.json. Exits 1 if any request failed; failed targets do not change the code.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { measureStoreRoundTrip, provisionBenchAccount, settlementsDone } from './lib/accounting.ts';
 import {
   type GatewayProcess,
   type ProcMemory,
@@ -36,6 +38,8 @@ const RESULTS_FILE = fileURLToPath(new URL('./results/latest.json', import.meta.
 
 const MODEL = 'famA-v4.1-flash';
 const API_KEY = 'svc_live_benchBENCHbench0000000001';
+/** `npm start` seeds the demo account with the demo key; the bench makes it a volume account. */
+const BENCH_ACCOUNT = 'acct_demo';
 /** The deployment the gateway routes MODEL to first, and one of its keys. */
 const DIRECT_PATH = '/p/sim-a/v1/chat/completions';
 const DIRECT_KEY = 'sim-a-key-1';
@@ -145,7 +149,10 @@ const requestBody = (s: Scenario): Buffer =>
     }),
   );
 
-const targetsFor = (stack: GatewayProcess): Target[] => [
+/** The gateway with metering off: a second stack (`METERING=off`) on the same machine. */
+const UNMETERED = 'gateway-unmetered';
+
+const targetsFor = (stack: GatewayProcess, unmetered: GatewayProcess): Target[] => [
   {
     name: 'direct',
     url: `${stack.simulatorUrl}${DIRECT_PATH}`,
@@ -154,6 +161,12 @@ const targetsFor = (stack: GatewayProcess): Target[] => [
   {
     name: 'gateway',
     url: `${stack.gatewayUrl}/v1/chat/completions`,
+    headers: { authorization: `Bearer ${API_KEY}` },
+    expectHeaders: { 'x-svc-provider': EXPECTED_PROVIDER },
+  },
+  {
+    name: UNMETERED,
+    url: `${unmetered.gatewayUrl}/v1/chat/completions`,
     headers: { authorization: `Bearer ${API_KEY}` },
     expectHeaders: { 'x-svc-provider': EXPECTED_PROVIDER },
   },
@@ -257,6 +270,8 @@ interface TargetSummary {
   readonly throughput: number;
   readonly latency: Distribution | null;
   readonly ttfb: Distribution | null;
+  /** The gateway's admission round trip as it reported it per request (Server-Timing), ms. */
+  readonly admit: Distribution | null;
   readonly meanResponseBytes: number;
   /** CPU time of the stack process (all its threads) per measured request, ms. */
   readonly stackCpuMsPerRequest: number | null;
@@ -322,11 +337,18 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 const runScenario = async (
   scenario: Scenario,
-  endpoints: readonly Endpoint[],
-  stack: GatewayProcess,
+  allEndpoints: readonly Endpoint[],
+  stacks: { readonly metered: GatewayProcess; readonly unmetered: GatewayProcess },
   settings: Settings,
+  /** Waits until a target's background work (settlements) is done, so it cannot spill into the next round. */
+  settle: (endpoint: Endpoint) => Promise<void>,
 ): Promise<ScenarioResult> => {
   const started = performance.now();
+  const endpoints = allEndpoints;
+  // CPU is read from the process that served the target (direct calls hit the metered stack's simulator).
+  const stackOf = (endpoint: Endpoint) =>
+    endpoint.target.name === UNMETERED ? stacks.unmetered : stacks.metered;
+  const stack = stacks.metered;
   const body = requestBody(scenario);
   const round = (endpoint: Endpoint, durationMs: number) =>
     runRound(endpoint, { body, stream: scenario.stream, concurrency: scenario.concurrency, durationMs });
@@ -334,6 +356,7 @@ const runScenario = async (
   const warmups: RoundResult[] = [];
   for (const endpoint of endpoints) {
     if (settings.warmupMs > 0) warmups.push(await round(endpoint, settings.warmupMs));
+    await settle(endpoint);
     await sleep(settings.gapMs);
   }
 
@@ -345,14 +368,16 @@ const runScenario = async (
   const backward = [...forward].reverse();
   for (let r = 0; r < settings.rounds; r++) {
     for (const i of r % 2 === 0 ? forward : backward) {
-      const stackBefore = stack.cpuMs();
-      const threadsBefore = stack.threadCpuMs();
+      const served = stackOf(endpoints[i] as Endpoint);
+      const stackBefore = served.cpuMs();
+      const threadsBefore = served.threadCpuMs();
       const clientBefore = process.cpuUsage();
       const result = await round(endpoints[i] as Endpoint, settings.roundMs);
       // The gap belongs to the round before it: background work the round caused is finished in it.
+      await settle(endpoints[i] as Endpoint);
       await sleep(settings.gapMs);
-      const stackAfter = stack.cpuMs();
-      addDelta(threadCpu[i] as Record<string, number>, threadsBefore, stack.threadCpuMs());
+      const stackAfter = served.cpuMs();
+      addDelta(threadCpu[i] as Record<string, number>, threadsBefore, served.threadCpuMs());
       const client = process.cpuUsage(clientBefore);
       (measured[i] as RoundResult[]).push(result);
       const previous = stackCpu[i];
@@ -379,6 +404,7 @@ const runScenario = async (
       throughput: (sum(rounds, (r) => r.completedInWindow) * 1000) / sum(rounds, (r) => r.durationMs),
       latency: distribution(concat(rounds.map((r) => r.latency))),
       ttfb: scenario.stream ? distribution(concat(rounds.flatMap((r) => (r.ttfb ? [r.ttfb] : [])))) : null,
+      admit: distribution(concat(rounds.map((r) => r.admit))),
       meanResponseBytes: requests > 0 ? sum(rounds, (r) => r.bytes) / requests : 0,
       stackCpuMsPerRequest: cpu === null || cpu === undefined || requests === 0 ? null : cpu / requests,
       stackCpuMsPerRequestByThread: Object.fromEntries(
@@ -605,6 +631,7 @@ const evaluateChecks = (results: readonly ScenarioResult[], targetNames: readonl
         .slice(1)
         .map((target) => ({ ...base(check), target, value: null, limit, status: 'SKIP' as const }));
     }
+    // Both gateways are judged: as deployed (metering on) and unmetered (the proxy's own overhead).
     return result.comparisons.map((c) => {
       const value = c[check.metric];
       const pass =
@@ -627,7 +654,7 @@ const base = (check: Check) => ({ label: check.label, scenario: check.scenario }
 const formatChecks = (checks: readonly CheckResult[]): string => {
   const lines = ['\nTargets'];
   for (const c of checks) {
-    const unit = CHECKS.find((k) => k.label === c.label)?.unit;
+    const unit = CHECKS.find((k) => k.label === c.label)?.unit ?? CHECKS_EXTRA.get(c.label);
     const value = c.value === null ? 'not run' : unit === '%' ? pct(c.value) : `${signed(c.value)} ms`;
     lines.push(
       `  ${c.status === 'PASS' ? '✔ PASS' : c.status === 'FAIL' ? '✘ FAIL' : '· SKIP'}  ${pad(c.label, 52)} ${c.target}: ${value}`,
@@ -637,15 +664,68 @@ const formatChecks = (checks: readonly CheckResult[]): string => {
 };
 
 // ---------------------------------------------------------------------------------------------------------
+// Metering
+
+/**
+ * What admission costs the client: the gateway with metering on against the same gateway with it off, at
+ * concurrency 1, compared with one admission-sized transaction round trip to the same DynamoDB Local.
+ */
+const meteringCost = (results: readonly ScenarioResult[], idleRoundTrip: Distribution | null) => {
+  const c1 = results.find((r) => r.scenario.id === 'c1');
+  const metered = c1?.targets.find((t) => t.name === 'gateway');
+  const on = metered?.latency;
+  const off = c1?.targets.find((t) => t.name === UNMETERED)?.latency;
+  const admit = metered?.admit;
+  if (!on || !off || !admit) return null;
+  const added = { p50: on.p50 - off.p50, p99: on.p99 - off.p99 };
+  const label = 'metering (c=1): adds ≤ its one store round trip';
+  const limit = admit.p50 + METERING_TOLERANCE_MS;
+  const check: CheckResult = {
+    label,
+    scenario: 'c1',
+    target: 'gateway',
+    value: added.p50,
+    limit,
+    status: added.p50 <= limit ? 'PASS' : 'FAIL',
+  };
+  CHECKS_EXTRA.set(label, 'ms');
+  return {
+    check,
+    figures: {
+      onP50: on.p50,
+      offP50: off.p50,
+      addedP50: added.p50,
+      addedP99: added.p99,
+      admissionRoundTripP50: admit.p50,
+      admissionRoundTripP99: admit.p99,
+      idleStoreRoundTripP50: idleRoundTrip?.p50 ?? null,
+    },
+    summary:
+      `\nMetering at c=1: p50 ${ms(on.p50)} on vs ${ms(off.p50)} off → ${signed(added.p50)} ms (p99 ${signed(added.p99)} ms).` +
+      `\n  Its one store round trip, as the gateway timed it (Server-Timing admit): p50 ${ms(admit.p50)}, p99 ${ms(admit.p99)}` +
+      ` → metering's cost beyond that round trip: ${signed(added.p50 - admit.p50)} ms at p50.` +
+      `\n  The same-sized transaction on an idle DynamoDB Local: p50 ${ms(idleRoundTrip?.p50)}; under load it also waits` +
+      ` for the settlement transactions DynamoDB Local runs one at a time.`,
+  };
+};
+
+/** Work metering does besides its store call (estimate, plan, headers): allowed on top of the round trip. */
+const METERING_TOLERANCE_MS = 0.5;
+
+/** Units of checks added at run time (the metering check's limit is measured, not fixed). */
+const CHECKS_EXTRA = new Map<string, 'ms' | '%'>();
+
+// ---------------------------------------------------------------------------------------------------------
 // Main
 
 let stack: GatewayProcess | null = null;
+let unmeteredStack: GatewayProcess | null = null;
 let endpoints: Endpoint[] = [];
 
 const cleanup = async (): Promise<void> => {
   await Promise.allSettled(endpoints.map((e) => e.pool.destroy()));
   endpoints = [];
-  await stack?.stop();
+  await Promise.allSettled([stack?.stop(), unmeteredStack?.stop()]);
 };
 
 const onSignal = (signal: NodeJS.Signals) => {
@@ -656,10 +736,12 @@ process.once('SIGINT', onSignal);
 process.once('SIGTERM', onSignal);
 // Last resort (e.g. process.exit elsewhere): the stack must not outlive the bench.
 process.on('exit', () => {
-  if (stack?.running()) {
-    try {
-      process.kill(stack.pid, 'SIGTERM');
-    } catch {}
+  for (const s of [stack, unmeteredStack]) {
+    if (s?.running()) {
+      try {
+        process.kill(s.pid, 'SIGTERM');
+      } catch {}
+    }
   }
 });
 
@@ -687,14 +769,32 @@ const main = async (): Promise<number> => {
     );
   }
 
-  stack = await startGatewayProcess({ cwd: REPO_ROOT, apiKey: API_KEY, env: childEnv });
+  const stackFiles = mkdtempSync(join(os.tmpdir(), 'svc-bench-'));
+  const meteredFile = join(stackFiles, 'metered.json');
+  const unmeteredFile = join(stackFiles, 'unmetered.json');
+  stack = await startGatewayProcess({
+    cwd: REPO_ROOT,
+    apiKey: API_KEY,
+    env: { ...childEnv, LOCAL_STACK_FILE: meteredFile },
+  });
+  unmeteredStack = await startGatewayProcess({
+    cwd: REPO_ROOT,
+    apiKey: API_KEY,
+    env: { ...childEnv, LOCAL_STACK_FILE: unmeteredFile, METERING: 'off' },
+  });
+  await provisionBenchAccount(REPO_ROOT, meteredFile, BENCH_ACCOUNT);
+  const roundTrip = await measureStoreRoundTrip(meteredFile, BENCH_ACCOUNT);
+  console.log(
+    `accounting store: DynamoDB Local admission-sized transaction round trip p50 ${ms(roundTrip?.p50)}, p99 ${ms(roundTrip?.p99)} ` +
+      `(from this process, sequential); metered stack ${meteredFile}, unmetered (METERING=off) pid ${unmeteredStack.pid}`,
+  );
   const memoryAtStart = stack.memory();
   console.log(
     `stack: pid ${stack.pid}, started in ${(stack.startMs / 1000).toFixed(1)} s; gateway ${stack.gatewayUrl}, ` +
       `simulator ${stack.simulatorUrl}; RSS ${mib(memoryAtStart, 'rssKiB')}`,
   );
 
-  const targets = targetsFor(stack);
+  const targets = targetsFor(stack, unmeteredStack);
   const connections = Math.max(...settings.scenarios.map((s) => s.concurrency));
   endpoints = targets.map((t) => openEndpoint(t, connections));
   console.log('preflight');
@@ -703,7 +803,13 @@ const main = async (): Promise<number> => {
   const results: ScenarioResult[] = [];
   for (const [i, scenario] of settings.scenarios.entries()) {
     process.stderr.write(`[${i + 1}/${settings.scenarios.length}] running ${scenario.id}…\n`);
-    const result = await runScenario(scenario, endpoints, stack, settings);
+    const result = await runScenario(
+      scenario,
+      endpoints,
+      { metered: stack, unmetered: unmeteredStack },
+      settings,
+      (endpoint) => settlementsDone(endpoint.target.name === UNMETERED ? unmeteredFile : meteredFile),
+    );
     results.push(result);
     console.log(formatScenario(result, settings));
   }
@@ -714,7 +820,10 @@ const main = async (): Promise<number> => {
     targets.map((t) => t.name),
   );
   const errors = sum(results, (r) => sum(r.targets, (t) => t.errors));
+  const metering = meteringCost(results, roundTrip);
+  if (metering) checks.push(metering.check);
   console.log(formatChecks(checks));
+  if (metering) console.log(metering.summary);
   console.log(
     `\nGateway process RSS (node bin/local.ts: gateway + simulator and SQS/S3 emulator worker threads; ` +
       `DynamoDB Local JVM not included): ${mib(memoryAtEnd, 'rssKiB')} at the end ` +
@@ -748,6 +857,8 @@ const main = async (): Promise<number> => {
           memoryAtEndKiB: memoryAtEnd,
         },
         targets: targets.map((t) => ({ name: t.name, url: t.url })),
+        storeRoundTrip: roundTrip,
+        metering: metering?.figures ?? null,
         scenarios: results,
         checks,
         errors,

@@ -69,6 +69,8 @@ export interface RoundResult {
   readonly latency: Samples;
   /** Request start to first `data:` event of the body, ms (streams only). */
   readonly ttfb: Samples | null;
+  /** The gateway's own admission round trip per request (`Server-Timing: admit;dur=…`), when it reports one. */
+  readonly admit: Samples;
 }
 
 const DATA = Buffer.from('data:');
@@ -84,6 +86,7 @@ class Round {
   readonly deadline: number;
   readonly latency = new Samples(16_384);
   readonly ttfb: Samples | null;
+  readonly admit = new Samples(16_384);
   requests = 0;
   completedInWindow = 0;
   errors = 0;
@@ -134,6 +137,7 @@ class Worker implements Dispatcher.DispatchHandler {
   #bytes = 0;
   #sawDone = false;
   #headerMismatch: string | null = null;
+  #admitMs = -1;
 
   constructor(round: Round) {
     this.#round = round;
@@ -151,6 +155,7 @@ class Worker implements Dispatcher.DispatchHandler {
     this.#bytes = 0;
     this.#sawDone = false;
     this.#headerMismatch = null;
+    this.#admitMs = -1;
     this.#start = performance.now();
     round.pool.dispatch(round.options, this);
   }
@@ -163,6 +168,11 @@ class Worker implements Dispatcher.DispatchHandler {
     headers: Record<string, string | string[] | undefined>,
   ): void {
     this.#status = statusCode;
+    const timing = headers['server-timing'];
+    if (typeof timing === 'string') {
+      const at = timing.indexOf('admit;dur=');
+      if (at !== -1) this.#admitMs = Number.parseFloat(timing.slice(at + 10));
+    }
     for (const [name, value] of this.#round.expect) {
       if (headers[name] !== value)
         this.#headerMismatch = `${name}: ${String(headers[name])} (expected ${value})`;
@@ -191,6 +201,7 @@ class Worker implements Dispatcher.DispatchHandler {
       round.bytes += this.#bytes;
       round.latency.push(end - this.#start);
       round.ttfb?.push(this.#first - this.#start);
+      if (this.#admitMs >= 0) round.admit.push(this.#admitMs);
     }
     queueMicrotask(this.#next);
   }
@@ -217,6 +228,7 @@ export const runRound = (endpoint: Endpoint, options: RoundOptions): Promise<Rou
         bytes: round.bytes,
         latency: round.latency,
         ttfb: round.ttfb,
+        admit: round.admit,
       }),
     );
     for (let i = 0; i < options.concurrency; i++) new Worker(round).send();

@@ -1,0 +1,103 @@
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { promisify } from 'node:util';
+import { DynamoDBClient, TransactWriteItemsCommand } from '@aws-sdk/client-dynamodb';
+import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { localClientConfig } from '#local/emulators.ts';
+import type { StackFile } from '#local/stack-file.ts';
+import { type Distribution, distribution } from './stats.ts';
+
+/**
+ * The bench's account is a volume account, as a heavy real user would be: a custom quota far above the load
+ * and a large balance, set with the operator CLI against the stack under test (found through its stack file).
+ */
+export const provisionBenchAccount = async (
+  repoRoot: string,
+  stackFile: string,
+  accountId: string,
+): Promise<void> => {
+  const admin = (...args: string[]) =>
+    promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], {
+      cwd: repoRoot,
+      env: { ...process.env, LOCAL_STACK_FILE: stackFile },
+    });
+  const huge = String(10 ** 12);
+  await admin('accounts', 'quota', accountId, '--rpm', huge, '--rpd', huge, '--tpm', huge, '--tpd', huge);
+  await admin('wallet', 'topup', accountId, '1000000', '--reference', `bench-${Date.now()}`);
+};
+
+/**
+ * The unit "one accounting round trip" is measured in: a transaction shaped like admission's — the account's
+ * bucket item and wallet item updated, one item put — against the same DynamoDB Local, on the same account
+ * (it only stamps a `probedAt` attribute, which nothing reads). Sampled sparsely while the gateway carries
+ * load (`until`, `pauseMs`), it shows the round trip admission itself sees, queueing behind that load included.
+ */
+export const measureStoreRoundTrip = async (
+  stackFile: string,
+  accountId: string,
+  options: { samples?: number; warmup?: number; pauseMs?: number; until?: () => boolean } = {},
+): Promise<Distribution | null> => {
+  const stack = JSON.parse(readFileSync(stackFile, 'utf8')) as StackFile;
+  const client = new DynamoDBClient({ ...localClientConfig(stack.emulators.dynamodb), maxAttempts: 1 });
+  const tables = stack.resources.tables;
+  const samples = options.samples ?? 400;
+  const warmup = options.warmup ?? 100;
+  const latencies: number[] = [];
+  const stamp = (table: string, sk: string, at: string) => ({
+    Update: {
+      TableName: table,
+      Key: { pk: { S: `acct#${accountId}` }, sk: { S: sk } },
+      UpdateExpression: 'SET probedAt = :at',
+      ExpressionAttributeValues: { ':at': { N: at } },
+    },
+  });
+  try {
+    for (let i = 0; i < samples + warmup && !options.until?.(); i++) {
+      const started = performance.now();
+      const at = String(Date.now());
+      await client.send(
+        new TransactWriteItemsCommand({
+          TransactItems: [
+            stamp(tables.buckets, 'limits', at),
+            stamp(tables.wallet, 'wallet', at),
+            { Put: { TableName: tables.wallet, Item: { pk: { S: 'bench#probe' }, sk: { S: `p#${i}` } } } },
+          ],
+        }),
+      );
+      if (i >= warmup) latencies.push(performance.now() - started);
+      if (options.pauseMs) await new Promise((resolve) => setTimeout(resolve, options.pauseMs));
+    }
+  } finally {
+    client.destroy();
+  }
+  return distribution(Float64Array.from(latencies));
+};
+
+/**
+ * Resolves once a stack's settlement queue is empty (nothing waiting, nothing in flight), or after `maxMs`.
+ * The consumer's work on a round's settlements belongs to that round; waiting for it keeps it out of the next.
+ */
+export const settlementsDone = async (stackFile: string, maxMs = 30_000): Promise<void> => {
+  const stack = JSON.parse(readFileSync(stackFile, 'utf8')) as StackFile;
+  const sqs = new SQSClient(localClientConfig(stack.emulators.sqs));
+  const deadline = Date.now() + maxMs;
+  // Records may still sit in the local host's sender for its batching linger (20 ms) before they are queued.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  try {
+    while (Date.now() < deadline) {
+      const { Attributes = {} } = await sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: stack.resources.settlementQueueUrl,
+          AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+        }),
+      );
+      const left =
+        Number(Attributes.ApproximateNumberOfMessages) +
+        Number(Attributes.ApproximateNumberOfMessagesNotVisible);
+      if (left === 0) return;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } finally {
+    sqs.destroy();
+  }
+};
