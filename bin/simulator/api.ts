@@ -6,6 +6,7 @@
 import type { CallLog } from '#sim/calls.ts';
 import {
   INVALID_API_KEY_ERROR,
+  INVALID_JSON_ERROR,
   invalidRequestError,
   MISSING_API_KEY_ERROR,
   type OpenAiErrorBody,
@@ -20,7 +21,7 @@ import {
   readHeaderDirectives,
   resolveFaultPlan,
 } from '#sim/faults.ts';
-import { BodyTooLargeError, bearerKey, type Exchange, readBody, sendJson } from '#sim/http.ts';
+import { BodyTooLargeError, bearerKey, type Exchange, parseJson, readBody, sendJson } from '#sim/http.ts';
 import { escapeRegExp, PROVIDER_PATTERN, type Route } from '#sim/router.ts';
 
 /** Provider name of calls made without a `/p/<provider>` prefix. */
@@ -51,8 +52,11 @@ export interface ApiEndpoint {
   method: 'GET' | 'POST';
   /** Path below the provider prefix, starting with `/v1/`. */
   path: string;
-  /** Validates the raw body; may throw {@link FaultSyntaxError} for a malformed inline directive. */
-  parse(body: Buffer, ex: Exchange): ApiCall | ApiRejection;
+  /**
+   * Validates the raw body; may throw {@link FaultSyntaxError} for a malformed inline directive. May be
+   * asynchronous, for bodies that need asynchronous decoding (multipart forms, audio metadata).
+   */
+  parse(body: Buffer, ex: Exchange): ApiCall | ApiRejection | Promise<ApiCall | ApiRejection>;
 }
 
 /** Simulator-wide state the pipeline needs. */
@@ -88,7 +92,9 @@ export async function handleApiRequest(
   let call: ApiCall | ApiRejection;
   let headerDirectives: RequestDirectives | null;
   try {
-    call = endpoint.parse(body, ex);
+    const parsed = endpoint.parse(body, ex);
+    // Only asynchronous endpoints pay for an await; chat stays on the synchronous hot path.
+    call = parsed instanceof Promise ? await parsed : parsed;
     headerDirectives = readHeaderDirectives(ex.req.headers);
   } catch (error) {
     if (!(error instanceof FaultSyntaxError)) throw error;
@@ -140,4 +146,21 @@ export function createApiRoute(endpoint: ApiEndpoint, context: ApiContext): Rout
     pattern: new RegExp(`^(?:/p/(${PROVIDER_PATTERN}))?${escapeRegExp(endpoint.path)}$`),
     handle: (ex, [provider = DEFAULT_PROVIDER]) => handleApiRequest(ex, endpoint, provider, context),
   };
+}
+
+/**
+ * The start every JSON endpoint shares: the body must be a JSON object naming a model. Returns the body and
+ * model, or the 400 an upstream sends otherwise.
+ */
+export function parseModelRequest(
+  raw: Buffer,
+): { body: Record<string, unknown>; model: string } | ApiRejection {
+  const body = parseJson(raw);
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return { status: 400, error: INVALID_JSON_ERROR };
+  }
+  const record = body as Record<string, unknown>;
+  const model = typeof record.model === 'string' ? record.model : '';
+  if (model === '') return { status: 400, error: invalidRequestError('you must provide a model parameter') };
+  return { body: record, model };
 }

@@ -264,7 +264,7 @@ function sendCompletion(ex: Exchange, model: string, completion: Completion, pla
       logprobs: null,
       finish_reason: choice.finishReason,
     })),
-    usage: completion.usage,
+    ...(plan.omitUsage ? {} : { usage: completion.usage }),
   });
   if (plan.error === 'drop_mid') sendTruncatedJson(ex, text);
   else sendJson(ex, 200, text);
@@ -315,7 +315,10 @@ function sendStream(
     }
     payloads.push(chunk(index, '{}', choice.finishReason));
   }
-  if (includeUsage) payloads.push(`${head}],"usage":${JSON.stringify(completion.usage)}}`);
+  // omit_usage models an upstream that ignores include_usage: chunks keep `"usage":null`, no usage chunk.
+  if (includeUsage && !plan.omitUsage) {
+    payloads.push(`${head}],"usage":${JSON.stringify(completion.usage)}}`);
+  }
 
   return sendEventStream(ex, payloads, {
     chunkDelayMs: plan.chunkDelayMs,

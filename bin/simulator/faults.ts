@@ -6,8 +6,9 @@
  *
  * 1. Headers, for clients that call the simulator directly (e.g. a benchmark):
  *    `x-sim-latency-ms`, `x-sim-first-byte-delay-ms`, `x-sim-chunk-delay-ms`, `x-sim-fault`,
- *    `x-sim-drop-after-chunks`, `x-sim-completion-tokens`.
- * 2. An inline directive inside the text of any message, so a test can inject a fault *through* a gateway
+ *    `x-sim-drop-after-chunks`, `x-sim-completion-tokens`, `x-sim-omit-usage`.
+ * 2. An inline directive inside the request's text (any chat message, any embeddings `input` string, the
+ *    transcription `prompt` field, the speech `input`), so a test can inject a fault *through* a gateway
  *    that does not forward custom headers:
  *
  *        [[sim: fault=drop_mid drop_after_chunks=3 chunk_delay_ms=5 latency_ms=10 first_byte_delay_ms=0]]
@@ -15,6 +16,9 @@
  *    Pairs are `key=value` separated by whitespace; keys are the header names without `x-sim-`, written
  *    with underscores (hyphens are accepted too). Several directives in one request are merged in order.
  *    The directive stays part of the prompt, so it counts towards prompt tokens like any other text.
+ *
+ * `omit_usage=1` (or `x-sim-omit-usage: 1`) makes the response carry no usage at all, as some upstreams
+ * do, so a gateway's own token counting can be tested; `0` turns it off again.
  *
  * `fault=none` (or `x-sim-fault: none`) cancels a provider fault for that request. Malformed values are
  * rejected with HTTP 400 rather than ignored, so a typo in a test fails loudly.
@@ -32,7 +36,10 @@ export const FAULT_ERRORS: readonly FaultError[] = Object.freeze([
   'drop_mid',
 ]);
 
-/** Number of SSE data events sent before a streamed `drop_mid` destroys the socket, unless overridden. */
+/**
+ * Number of chunks (SSE data events, or 8 KiB pieces of a speech body) sent before a streamed `drop_mid`
+ * destroys the socket, unless overridden.
+ */
 export const DEFAULT_DROP_AFTER_CHUNKS = 2;
 
 /** Faults applied to a provider's requests; set with `PUT /_sim/faults/<provider>` or `setFaults`. */
@@ -41,12 +48,14 @@ export interface FaultSpec {
   latencyMs?: number;
   /** Wait this long before sending the status line and headers. */
   firstByteDelayMs?: number;
-  /** Delay between streamed SSE events. */
+  /** Delay between streamed chunks (SSE events, pieces of a speech body). */
   chunkDelayMs?: number;
   /** Error behaviour to trigger instead of (or part-way through) a normal response. */
   error?: FaultError;
-  /** For `drop_mid` on streams: data events to send before destroying the socket. */
+  /** For `drop_mid` on streams: chunks (SSE data events, speech body pieces) to send before dropping. */
   dropAfterChunks?: number;
+  /** Leave the usage out of successful responses (see {@link FaultPlan.omitUsage}). */
+  omitUsage?: boolean;
   /** Only apply to requests whose bearer key is in this list. */
   keys?: string[];
   /** Apply to the next N matching requests only, then expire. */
@@ -62,6 +71,8 @@ export interface RequestDirectives {
   dropAfterChunks?: number;
   /** Force exactly this many completion words (chat), overriding the natural length and `max_tokens`. */
   completionTokens?: number;
+  /** Leave the usage out of the response (`omit_usage=0|1`). */
+  omitUsage?: boolean;
 }
 
 /** The fully resolved behaviour for one request. */
@@ -72,6 +83,11 @@ export interface FaultPlan {
   error: FaultError | null;
   dropAfterChunks: number;
   completionTokens: number | null;
+  /**
+   * Send no usage: embeddings and `json`/`verbose_json` transcriptions leave out `usage`, chat leaves out
+   * its `usage` object (and the final usage chunk of a stream), so a gateway has to count by itself.
+   */
+  omitUsage: boolean;
 }
 
 /** Thrown for an invalid fault spec, header or directive; surfaces as HTTP 400. */
@@ -86,6 +102,7 @@ const NO_FAULTS: FaultPlan = Object.freeze({
   error: null,
   dropAfterChunks: DEFAULT_DROP_AFTER_CHUNKS,
   completionTokens: null,
+  omitUsage: false,
 });
 
 /**
@@ -104,6 +121,7 @@ export function resolveFaultPlan(
     if (spec.chunkDelayMs !== undefined) plan.chunkDelayMs = spec.chunkDelayMs;
     if (spec.error !== undefined) plan.error = spec.error;
     if (spec.dropAfterChunks !== undefined) plan.dropAfterChunks = spec.dropAfterChunks;
+    if (spec.omitUsage !== undefined) plan.omitUsage = spec.omitUsage;
   }
   for (const o of overrides) {
     if (o === null) continue;
@@ -113,6 +131,7 @@ export function resolveFaultPlan(
     if (o.error !== undefined) plan.error = o.error;
     if (o.dropAfterChunks !== undefined) plan.dropAfterChunks = o.dropAfterChunks;
     if (o.completionTokens !== undefined) plan.completionTokens = o.completionTokens;
+    if (o.omitUsage !== undefined) plan.omitUsage = o.omitUsage;
   }
   return plan;
 }
@@ -161,7 +180,14 @@ export class FaultStore {
 }
 
 const SPEC_DURATIONS = ['latencyMs', 'firstByteDelayMs', 'chunkDelayMs'] as const;
-const SPEC_FIELDS = new Set<string>([...SPEC_DURATIONS, 'error', 'dropAfterChunks', 'keys', 'count']);
+const SPEC_FIELDS = new Set<string>([
+  ...SPEC_DURATIONS,
+  'error',
+  'dropAfterChunks',
+  'omitUsage',
+  'keys',
+  'count',
+]);
 
 /** Validates an untrusted fault spec (e.g. an admin API body) and returns a normalised copy. */
 export function validateFaultSpec(value: unknown): FaultSpec {
@@ -180,6 +206,10 @@ export function validateFaultSpec(value: unknown): FaultSpec {
   if (input.dropAfterChunks !== undefined) {
     spec.dropAfterChunks = nonNegativeInteger(input.dropAfterChunks, 'dropAfterChunks');
   }
+  if (input.omitUsage !== undefined) {
+    if (typeof input.omitUsage !== 'boolean') throw new FaultSyntaxError('omitUsage must be a boolean.');
+    spec.omitUsage = input.omitUsage;
+  }
   if (input.keys !== undefined) {
     if (!Array.isArray(input.keys) || !input.keys.every((k) => typeof k === 'string')) {
       throw new FaultSyntaxError('keys must be an array of strings.');
@@ -194,7 +224,7 @@ export function validateFaultSpec(value: unknown): FaultSpec {
   return spec;
 }
 
-type DirectiveField = Exclude<keyof RequestDirectives, 'error'>;
+type DirectiveField = Exclude<keyof RequestDirectives, 'error' | 'omitUsage'>;
 
 // Names shared by headers (`x-sim-` + hyphens) and inline directives (underscores).
 const DIRECTIVE_NUMBERS: ReadonlyArray<readonly [name: string, field: DirectiveField, integer: boolean]> = [
@@ -225,6 +255,11 @@ export function readHeaderDirectives(
     directives ??= {};
     directives.error = fault === 'none' ? null : faultError(fault, 'x-sim-fault');
   }
+  const omitUsage = headers['x-sim-omit-usage'];
+  if (typeof omitUsage === 'string') {
+    directives ??= {};
+    directives.omitUsage = flag(omitUsage, 'x-sim-omit-usage');
+  }
   return directives;
 }
 
@@ -250,6 +285,10 @@ export function parseInlineDirectives(text: string): RequestDirectives | null {
       const value = pair.slice(eq + 1);
       if (key === 'fault') {
         directives.error = value === 'none' ? null : faultError(value, 'fault');
+        continue;
+      }
+      if (key === 'omit_usage') {
+        directives.omitUsage = flag(value, key);
         continue;
       }
       const known = DIRECTIVE_NUMBERS.find(([name]) => name === key);
@@ -278,6 +317,13 @@ function faultError(value: unknown, name: string): FaultError {
   throw new FaultSyntaxError(
     `${name} must be one of ${FAULT_ERRORS.join(', ')}, got ${JSON.stringify(value)}.`,
   );
+}
+
+/** A 0/1 switch, written as an integer like every other directive value. */
+function flag(value: string, name: string): boolean {
+  const trimmed = value.trim();
+  if (trimmed === '0' || trimmed === '1') return trimmed === '1';
+  throw new FaultSyntaxError(`${name} must be 0 or 1, got ${JSON.stringify(value)}.`);
 }
 
 function nonNegativeNumber(value: unknown, name: string): number {

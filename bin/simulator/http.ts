@@ -100,15 +100,44 @@ export function sendJson(ex: Exchange, status: number, body: unknown): void {
   ex.res.end(text);
 }
 
+/** Sends a complete text response (plain text, subtitles, ...) with the given content type. */
+export function sendText(ex: Exchange, status: number, text: string, contentType: string): void {
+  ex.res.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(text) });
+  ex.res.end(text);
+}
+
 /**
  * Sends 200 headers announcing the full JSON body, writes roughly its first half and drops the
  * connection: the client sees a truncated body.
  */
 export function sendTruncatedJson(ex: Exchange, text: string): void {
+  sendTruncated(ex, text, 'application/json');
+}
+
+/** {@link sendTruncatedJson} for any content type: 200, the full length announced, half the body sent. */
+export function sendTruncated(ex: Exchange, text: string, contentType: string): void {
   const bytes = Buffer.from(text, 'utf8');
-  ex.res.writeHead(200, { 'content-type': 'application/json', 'content-length': bytes.length });
+  ex.res.writeHead(200, { 'content-type': contentType, 'content-length': bytes.length });
   ex.res.write(bytes.subarray(0, Math.floor(bytes.length / 2)));
   ex.drop();
+}
+
+/**
+ * Writes one chunk of a streamed body, waiting for the socket to drain when its buffer is full so a slow
+ * client cannot make the simulator buffer a whole audio file. Resolves false once the client is gone.
+ */
+export function writeChunk(ex: Exchange, chunk: Uint8Array): Promise<boolean> {
+  if (ex.gone) return Promise.resolve(false);
+  if (ex.res.write(chunk)) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const done = (): void => {
+      ex.res.off('drain', done);
+      ex.res.off('close', done);
+      resolve(!ex.gone);
+    };
+    ex.res.once('drain', done);
+    ex.res.once('close', done);
+  });
 }
 
 /** Extracts the key of an `Authorization: Bearer <key>` header; null when missing or empty. */

@@ -8,10 +8,13 @@ import { createAdminRoutes } from '#sim/admin.ts';
 import { type ApiEndpoint, createApiRoute } from '#sim/api.ts';
 import { CallLog, type SimCall } from '#sim/calls.ts';
 import { createChatEndpoint } from '#sim/chat.ts';
+import { createEmbeddingsEndpoint } from '#sim/embeddings.ts';
 import { invalidUrlError, SERVER_ERROR } from '#sim/errors.ts';
 import { type FaultSpec, FaultStore } from '#sim/faults.ts';
 import { Exchange, sendJson } from '#sim/http.ts';
 import { findRoute, type Route } from '#sim/router.ts';
+import { createSpeechEndpoint } from '#sim/speech.ts';
+import { createTranscriptionsEndpoint } from '#sim/transcriptions.ts';
 
 export type { SimCall } from '#sim/calls.ts';
 export type { FaultSpec } from '#sim/faults.ts';
@@ -49,7 +52,12 @@ export interface Simulator {
 export async function startSimulator(options: SimulatorOptions = {}): Promise<Simulator> {
   const faults = new FaultStore();
   const calls = new CallLog();
-  const endpoints: ApiEndpoint[] = [createChatEndpoint({ promptCachingModels: options.promptCachingModels })];
+  const endpoints: ApiEndpoint[] = [
+    createChatEndpoint({ promptCachingModels: options.promptCachingModels }),
+    createEmbeddingsEndpoint(),
+    createTranscriptionsEndpoint(),
+    createSpeechEndpoint(),
+  ];
   const apiContext = { faults, calls, latencyMs: options.latencyMs ?? 0 };
   const routes: Route[] = [
     ...createAdminRoutes({ faults, calls }),

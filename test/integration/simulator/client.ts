@@ -34,6 +34,56 @@ export function postChat(baseUrl: string, body: unknown, options: PostOptions = 
   });
 }
 
+/** POSTs a JSON body (or a raw string) to any API path, e.g. `/v1/embeddings`, and returns the response. */
+export function postJson(
+  baseUrl: string,
+  path: string,
+  body: unknown,
+  options: PostOptions = {},
+): Promise<Response> {
+  return fetch(apiUrl(baseUrl, path, options), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...authHeader(options), ...options.headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/** POSTs a multipart form (fetch sets the boundary) to any API path and returns the response. */
+export function postForm(
+  baseUrl: string,
+  path: string,
+  form: FormData,
+  options: PostOptions = {},
+): Promise<Response> {
+  return fetch(apiUrl(baseUrl, path, options), {
+    method: 'POST',
+    headers: { ...authHeader(options), ...options.headers },
+    body: form,
+  });
+}
+
+function apiUrl(baseUrl: string, path: string, options: PostOptions): string {
+  return `${baseUrl}${options.provider === undefined ? '' : `/p/${options.provider}`}${path}`;
+}
+
+function authHeader(options: PostOptions): Record<string, string> {
+  const key = options.key === undefined ? 'sk-test' : options.key;
+  return key === null ? {} : { authorization: `Bearer ${key}` };
+}
+
+/** Reads a response body as bytes, counting the chunks it arrived in and capturing a connection error. */
+export async function readBytes(
+  response: Response,
+): Promise<{ bytes: Buffer; chunks: number; error: unknown }> {
+  const parts: Uint8Array[] = [];
+  try {
+    for await (const chunk of response.body ?? []) parts.push(chunk);
+    return { bytes: Buffer.concat(parts), chunks: parts.length, error: null };
+  } catch (error) {
+    return { bytes: Buffer.concat(parts), chunks: parts.length, error };
+  }
+}
+
 /** A chat body with one user message. */
 export function userChat(content: string, extra: Record<string, unknown> = {}): ChatBody {
   return { model: 'gpt-4o-mini', messages: [{ role: 'user', content }], ...extra };

@@ -6,7 +6,9 @@ import {
   FaultStore,
   FaultSyntaxError,
   parseInlineDirectives,
+  readHeaderDirectives,
   resolveFaultPlan,
+  validateFaultSpec,
 } from '#sim/faults.ts';
 import { type Simulator, startSimulator } from '#sim/server.ts';
 import { isSocketError, postChat, readSse, readText, settle, userChat } from './client.ts';
@@ -350,6 +352,7 @@ describe('fault resolution', () => {
       firstByteDelayMs: 0,
       dropAfterChunks: 2,
       completionTokens: null,
+      omitUsage: false,
     });
   });
 
@@ -360,5 +363,42 @@ describe('fault resolution', () => {
     expect(store.take('p', 'k')?.error).toBe('overloaded');
     expect(store.take('p', 'k')?.error).toBe('overloaded');
     expect(store.take('p', 'k')).toBeNull();
+  });
+});
+
+describe('omit_usage', () => {
+  test('is read from the header and inline directives as 0 or 1, and from a provider spec', () => {
+    expect(readHeaderDirectives({ 'x-sim-omit-usage': '1' })).toEqual({ omitUsage: true });
+    expect(readHeaderDirectives({ 'x-sim-omit-usage': '0' })).toEqual({ omitUsage: false });
+    expect(parseInlineDirectives('[[sim: omit-usage=1 fault=none]]')).toEqual({
+      omitUsage: true,
+      error: null,
+    });
+    expect(() => parseInlineDirectives('[[sim: omit_usage=true]]')).toThrow(FaultSyntaxError);
+    expect(() => readHeaderDirectives({ 'x-sim-omit-usage': '2' })).toThrow(FaultSyntaxError);
+    expect(validateFaultSpec({ omitUsage: true })).toEqual({ omitUsage: true });
+    expect(() => validateFaultSpec({ omitUsage: 1 })).toThrow(FaultSyntaxError);
+    expect(resolveFaultPlan(null).omitUsage).toBe(false);
+    expect(resolveFaultPlan({ omitUsage: true }, { omitUsage: false }).omitUsage).toBe(false);
+    expect(resolveFaultPlan({ omitUsage: true }, { latencyMs: 1 }).omitUsage).toBe(true);
+  });
+
+  test('leaves the usage out of a chat completion', async () => {
+    const response = await postChat(sim.url, userChat('no usage [[sim: omit_usage=1]]'));
+    expect(response.status).toBe(200);
+    const completion = (await response.json()) as Record<string, unknown>;
+    expect(completion).not.toHaveProperty('usage');
+    expect(completion.choices).toHaveLength(1);
+  });
+
+  test('leaves the usage chunk out of a stream that asked for it', async () => {
+    const body = streamBody('no usage', { stream_options: { include_usage: true } });
+    const withUsage = await readSse(await postChat(sim.url, body));
+    const without = await readSse(await postChat(sim.url, body, { headers: { 'x-sim-omit-usage': '1' } }));
+    expect(without.data).toHaveLength(withUsage.data.length - 1);
+    expect(without.data.at(-1)).toBe('[DONE]');
+    for (const payload of without.data.slice(0, -1)) {
+      expect((JSON.parse(payload) as { usage: unknown }).usage).toBeNull();
+    }
   });
 });

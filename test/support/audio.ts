@@ -1,0 +1,151 @@
+/**
+ * Audio fixtures for tests: WAV tones made in memory, compressed copies made by ffmpeg, and a real ffmpeg
+ * decode to check what the simulator (or a gateway relaying it) streamed.
+ *
+ * ffmpeg is the static binary of the `@ffmpeg-installer/linux-x64` dev dependency, or `FFMPEG_PATH`.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SPEECH_SAMPLE_RATE, synthesizeTone, wavFile } from '#sim/audio.ts';
+import { findFfmpeg } from '#sim/ffmpeg.ts';
+
+/** Options of {@link makeWav}. */
+export interface WavOptions {
+  durationMs: number;
+  /** Defaults to 16000, a typical speech recording rate. */
+  sampleRate?: number;
+  /** Defaults to 1. */
+  channels?: number;
+  /** Defaults to 440 Hz. */
+  frequencyHz?: number;
+}
+
+/** A valid s16le PCM WAV file holding a tone of exactly `durationMs` (rounded to whole samples). */
+export function makeWav(options: WavOptions): Buffer {
+  const sampleRate = options.sampleRate ?? 16_000;
+  const channels = options.channels ?? 1;
+  const pcm = synthesizeTone({
+    durationMs: options.durationMs,
+    sampleRate,
+    channels,
+    frequencyHz: options.frequencyHz ?? 440,
+  });
+  return wavFile(pcm, { sampleRate, channels });
+}
+
+/** Path of the ffmpeg binary the simulator uses; throws when there is none. */
+export function ffmpegPath(): string {
+  const path = findFfmpeg();
+  if (path === null) {
+    throw new Error('No ffmpeg: install the @ffmpeg-installer/linux-x64 dev dependency or set FFMPEG_PATH.');
+  }
+  return path;
+}
+
+/** Containers {@link encodeAudio} can produce, named as a transcription upload's file extension. */
+export type InputAudioFormat = 'mp3' | 'flac' | 'ogg' | 'opus' | 'aac' | 'webm' | 'm4a';
+
+// Opus only takes a few sample rates; 48 kHz is its native one and any input can be resampled to it.
+const OPUS_48K = ['-c:a', 'libopus', '-ar', '48000'];
+
+const ENCODE_ARGS: Readonly<Record<InputAudioFormat, readonly string[]>> = {
+  mp3: ['-c:a', 'libmp3lame', '-f', 'mp3'],
+  flac: ['-c:a', 'flac', '-f', 'flac'],
+  ogg: [...OPUS_48K, '-f', 'ogg'],
+  opus: [...OPUS_48K, '-f', 'opus'],
+  aac: ['-c:a', 'aac', '-f', 'adts'],
+  webm: [...OPUS_48K, '-f', 'webm'],
+  m4a: ['-c:a', 'aac', '-f', 'ipod'],
+};
+
+/**
+ * Encodes a WAV file into `format` with ffmpeg. The output goes to a temporary file rather than a pipe:
+ * on a seekable output the muxers write what they can only know at the end (FLAC's sample count, the
+ * MP4 `moov`, the MP3 Xing frame count, WebM's duration), so the file looks like a real recording.
+ */
+export async function encodeAudio(wav: Buffer, format: InputAudioFormat): Promise<Buffer> {
+  const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
+  const output = join(dir, `audio.${format}`);
+  try {
+    const args = ['-hide_banner', '-v', 'error', '-f', 'wav', '-i', 'pipe:0', ...ENCODE_ARGS[format], output];
+    const run = await runFfmpeg(args, wav);
+    if (run.code !== 0 || run.stderr.trim() !== '') {
+      throw new Error(`ffmpeg could not encode ${format} (exit ${run.code}): ${run.stderr.trim()}`);
+    }
+    return await readFile(output);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Formats of the speech endpoint's output, which {@link decodeAudio} accepts. */
+export type SpeechAudioFormat = 'mp3' | 'opus' | 'aac' | 'flac' | 'wav' | 'pcm';
+
+/** What a real decode found. */
+export interface DecodedAudio {
+  /** Decoded samples divided by the sample rate, in milliseconds. */
+  durationMs: number;
+  /** ffmpeg's codec name, e.g. `mp3`, `opus`, `aac`, `flac`, `pcm_s16le`. */
+  codec: string;
+  sampleRate: number;
+}
+
+// Demuxer options per format; `pcm` carries no header, so its layout (OpenAI's 24 kHz mono s16le) is given.
+const DEMUXER_ARGS: Readonly<Record<SpeechAudioFormat, readonly string[]>> = {
+  mp3: ['-f', 'mp3'],
+  opus: ['-f', 'ogg'],
+  aac: ['-f', 'aac'],
+  flac: ['-f', 'flac'],
+  wav: ['-f', 'wav'],
+  pcm: ['-f', 's16le', '-ar', String(SPEECH_SAMPLE_RATE), '-ac', '1'],
+};
+
+/**
+ * Decodes `bytes` with ffmpeg and reports the decoded duration, codec and sample rate. Rejects when
+ * ffmpeg cannot identify the stream, exits non-zero or reports any decode error, so a truncated or
+ * corrupt stream fails the test instead of yielding a plausible duration.
+ */
+export async function decodeAudio(bytes: Buffer, format: SpeechAudioFormat): Promise<DecodedAudio> {
+  const input = [...DEMUXER_ARGS[format], '-i', 'pipe:0'];
+  // Pass 1 only probes: without an output ffmpeg prints the stream info and exits with an error.
+  const probe = await runFfmpeg(['-hide_banner', '-v', 'info', ...input], bytes);
+  const stream = /Stream #0:0.*?: Audio: ([^\s,(]+).*?, (\d+) Hz/.exec(probe.stderr);
+  if (stream === null) throw new Error(`ffmpeg found no audio stream in ${format}: ${probe.stderr.trim()}`);
+  const codec = stream[1] as string;
+  const sampleRate = Number(stream[2]);
+
+  const decode = await runFfmpeg(
+    ['-hide_banner', '-v', 'error', ...input, '-f', 's16le', '-ac', '1', '-ar', String(sampleRate), 'pipe:1'],
+    bytes,
+  );
+  if (decode.code !== 0 || decode.stderr.trim() !== '') {
+    throw new Error(`ffmpeg could not decode ${format} (exit ${decode.code}): ${decode.stderr.trim()}`);
+  }
+  return { durationMs: (decode.stdout.length / 2 / sampleRate) * 1000, codec, sampleRate };
+}
+
+interface FfmpegRun {
+  code: number | null;
+  stdout: Buffer;
+  stderr: string;
+}
+
+function runFfmpeg(args: readonly string[], input: Buffer): Promise<FfmpegRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(ffmpegPath(), ['-nostdin', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const stdout: Buffer[] = [];
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => stdout.push(chunk));
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk: string) => {
+      stderr += chunk;
+    });
+    // A probe run stops reading early; the resulting EPIPE is expected and reported by the exit code.
+    child.stdin.on('error', () => {});
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(stdout), stderr }));
+    child.stdin.end(input);
+  });
+}
