@@ -1,4 +1,3 @@
-import type { CallRecorder } from '#core/call-recorder.ts';
 import { type PreparedChat, prepareChat, upstreamChatBody } from '#core/chat.ts';
 import { affordableCompletionTokens, worstCaseChatCost } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
@@ -41,34 +40,27 @@ export const createHandler = (container: () => Container) =>
 
     if (!prepared.stream) {
       const result = await c.gateway.route(resolved, call, true, (d, k) =>
-        c.chat(d.adapter).complete(upstream(d, k)),
+        c.provider(d.adapter, 'chat').complete(upstream(d, k)),
       );
       call.succeeded(result.usage ?? estimatedUsage(prepared, result, c));
       return {
         statusCode: 200,
-        headers: { ...JSON_HEADERS, ...servedBy(call) },
+        headers: JSON_HEADERS,
         body: JSON.stringify(result.body),
       };
     }
     // Resolves once the first upstream event is in hand: every failure before that may still fall back.
     const stream = await c.gateway.route(resolved, call, false, (d, k) =>
-      c.chat(d.adapter).stream(upstream(d, k)),
+      c.provider(d.adapter, 'chat').stream(upstream(d, k)),
     );
     return {
       statusCode: 200,
-      headers: { ...SSE_HEADERS, ...servedBy(call) },
+      headers: SSE_HEADERS,
       body: chatEventStream(stream, prepared, call),
     };
   });
 
 export const handler = createHandler(containerFromEnv);
-
-/** Which deployment served the call, after how many attempts (ARCHITECTURE.md §8). */
-const servedBy = (call: CallRecorder): Record<string, string> => ({
-  'x-svc-provider': call.deployment?.provider ?? '',
-  'x-svc-served-model': call.deployment?.upstreamModel ?? '',
-  'x-svc-attempts': String(call.attempts.length),
-});
 
 /** Usage counted by us when an upstream response carries none: prompt estimate plus the reply's tokens. */
 const estimatedUsage = (prepared: PreparedChat, result: ChatCompletionResult, c: Container): Usage => {

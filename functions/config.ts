@@ -19,6 +19,8 @@ export interface Config {
   readonly registryRefreshMs: number;
   /** Documented request body limit for JSON endpoints; larger bodies get 413. */
   readonly maxJsonBodyBytes: number;
+  /** Documented limit of a transcription upload (the whole multipart body); larger ones get 413. */
+  readonly maxAudioBodyBytes: number;
   readonly upstream: UpstreamConfig;
   /** How long a settlement record may wait to share an SQS batch (see SqsSettlementSink). */
   readonly settlementLingerMs: number;
@@ -73,6 +75,12 @@ const logLevel = (env: Env): LogLevel => {
 /** Body limit for JSON endpoints: 4 MiB, under the 6 MB Lambda request payload limit. */
 export const DEFAULT_MAX_JSON_BODY_BYTES = 4 * 1024 * 1024;
 
+/**
+ * Upload limit for transcriptions: 4 MiB. A Function URL hands a binary body to Lambda base64-encoded, so
+ * 4 MiB becomes ~5.6 MB of the 6 MB invocation payload; it cannot usefully be raised past ~4.4 MB.
+ */
+export const DEFAULT_MAX_AUDIO_BODY_BYTES = 4 * 1024 * 1024;
+
 export const loadConfig = (env: Env): Config => ({
   tables: {
     accounts: required(env, tables.accounts.envVar),
@@ -87,6 +95,7 @@ export const loadConfig = (env: Env): Config => ({
   holdTtlMs: integer(env, 'HOLD_TTL_MS', 30 * 60_000, 60_000),
   registryRefreshMs: integer(env, 'REGISTRY_REFRESH_MS', 15_000),
   maxJsonBodyBytes: integer(env, 'MAX_JSON_BODY_BYTES', DEFAULT_MAX_JSON_BODY_BYTES, 1024),
+  maxAudioBodyBytes: integer(env, 'MAX_AUDIO_BODY_BYTES', DEFAULT_MAX_AUDIO_BODY_BYTES, 1024),
   upstream: {
     completionTimeoutMs: integer(env, 'UPSTREAM_COMPLETION_TIMEOUT_MS', 180_000, 1),
     streamFirstByteTimeoutMs: integer(env, 'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS', 30_000, 1),

@@ -1,5 +1,6 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
+import { musicMetadataProbe } from '#adapters/audio-probe.ts';
 import { DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoKeyStore, hashKey } from '#adapters/dynamo-key-store.ts';
@@ -10,15 +11,19 @@ import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
 import { o200kTokenCounter } from '#adapters/tokenizer.ts';
 import { UpstreamHttp } from '#adapters/upstream/http.ts';
 import { KeyRing } from '#adapters/upstream/key-ring.ts';
+import { OpenAiCompatibleSpeech, OpenAiCompatibleTranscriptions } from '#adapters/upstream/openai-audio.ts';
 import { OpenAiCompatibleChat } from '#adapters/upstream/openai-compatible.ts';
+import { OpenAiCompatibleEmbeddings } from '#adapters/upstream/openai-embeddings.ts';
+import { OpenAiHttp } from '#adapters/upstream/openai-http.ts';
 import type { AccountProfile } from '#core/accounting.ts';
 import { Admission } from '#core/admission.ts';
 import { Authenticator } from '#core/authenticator.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
 import { Gateway } from '#core/gateway.ts';
-import type { Clock, Random, SettlementSink, Sleep, TokenCounter } from '#core/ports.ts';
+import type { AudioProbe, Clock, Random, SettlementSink, Sleep, TokenCounter } from '#core/ports.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { AdapterName } from '#core/registry.ts';
-import type { ChatProvider } from '#core/upstream.ts';
+import type { ProviderAdapter } from '#core/upstream.ts';
 import { type Config, loadConfig } from './config.ts';
 
 /** Everything a handler needs, built once per cold start (composition root). */
@@ -28,13 +33,20 @@ export interface Container {
   readonly clock: Clock;
   readonly random: Random;
   readonly tokens: TokenCounter;
+  readonly audio: AudioProbe;
   readonly gateway: Gateway;
   readonly registry: RegistryCache;
   readonly settlements: SettlementSink;
   readonly accounting: DynamoAccounting;
   readonly accounts: DynamoAccounts;
-  /** The chat adapter for a deployment's provider protocol. */
-  chat(adapter: AdapterName): ChatProvider;
+  /**
+   * A deployment's provider protocol, for one capability. A protocol that lacks it fails the attempt, so a
+   * misconfigured deployment is skipped by fallback rather than breaking the request.
+   */
+  provider<K extends keyof ProviderAdapter>(
+    adapter: AdapterName,
+    capability: K,
+  ): NonNullable<ProviderAdapter[K]>;
   /** Releases pooled connections (tests and the local host; Lambda never calls it). */
   close(): Promise<void>;
 }
@@ -106,13 +118,23 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
   });
   const http = new UpstreamHttp(config.upstream.connectionsPerOrigin);
   const keys = new KeyRing(options.secrets ?? new EnvSecretResolver(env));
-  const openAiCompatible = new OpenAiCompatibleChat(http, keys, config.upstream);
+  const openAi = new OpenAiHttp(http, keys, config.upstream);
+  const adapters: Readonly<Record<AdapterName, ProviderAdapter>> = {
+    'openai-compatible': {
+      chat: new OpenAiCompatibleChat(openAi),
+      embeddings: new OpenAiCompatibleEmbeddings(openAi),
+      transcriptions: new OpenAiCompatibleTranscriptions(openAi),
+      speech: new OpenAiCompatibleSpeech(openAi),
+    },
+    anthropic: {},
+  };
   return {
     config,
     log,
     clock,
     random,
     tokens: o200kTokenCounter,
+    audio: musicMetadataProbe,
     registry,
     accounting,
     accounts,
@@ -127,9 +149,11 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     settlements:
       options.settlements ??
       new SqsSettlementSink(sqs, config.settlementQueueUrl, { lingerMs: config.settlementLingerMs }),
-    chat: (adapter) => {
-      if (adapter === 'openai-compatible') return openAiCompatible;
-      throw new Error(`No chat adapter for "${adapter}"`);
+    provider: (adapter, capability) => {
+      const provider = adapters[adapter]?.[capability];
+      if (!provider)
+        throw new UpstreamFailure('protocol', `the ${adapter} adapter cannot serve ${capability}`);
+      return provider as NonNullable<ProviderAdapter[typeof capability]>;
     },
     close: async () => {
       await http.close();

@@ -247,16 +247,18 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
  */
 const loadRoutes = async (container: Container): Promise<Route[]> => {
   installLambdaGlobals();
-  const chat = await import('#functions/chat-completions.ts');
-  const routes: Route[] = [
-    {
-      method: 'POST',
-      path: '/v1/chat/completions',
-      name: 'chat-completions',
-      handler: asStreaming(chat.createHandler(() => container)),
-    },
-  ];
-  return routes;
+  const functions = [
+    ['/v1/chat/completions', 'chat-completions', await import('#functions/chat-completions.ts')],
+    ['/v1/embeddings', 'embeddings', await import('#functions/embeddings.ts')],
+    ['/v1/audio/transcriptions', 'audio-transcriptions', await import('#functions/audio-transcriptions.ts')],
+    ['/v1/audio/speech', 'audio-speech', await import('#functions/audio-speech.ts')],
+  ] as const;
+  return functions.map(([path, name, module]) => ({
+    method: 'POST',
+    path,
+    name,
+    handler: asStreaming(module.createHandler(() => container)),
+  }));
 };
 
 const asStreaming = (handler: unknown): StreamingHandler => {

@@ -20,6 +20,7 @@ export const modelSchema = z.strictObject({
   family: z.string().min(1),
   kind: z.enum(['chat', 'embedding', 'transcription', 'speech']),
   contextWindow: z.number().int().positive().optional(),
+  dimensions: z.number().int().positive().optional(),
   defaultMaxTokens: z.number().int().positive().optional(),
   rates: ratesSchema,
   flags: z

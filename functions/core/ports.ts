@@ -37,3 +37,18 @@ export interface KeyStore {
 export interface SettlementSink {
   send(record: SettlementRecord): Promise<void>;
 }
+
+/** What the gateway measured about an uploaded audio file. */
+export interface AudioInfo {
+  /** One of `TRANSCRIPTION_INPUT_FORMATS` (core/audio.ts). */
+  readonly format: string;
+  readonly durationMs: number;
+}
+
+/**
+ * Reads an audio file's format and duration from its own bytes (a real metadata parser), so transcription is
+ * billed on what was uploaded. Throws `InvalidRequestError` for unsupported or unreadable audio.
+ */
+export interface AudioProbe {
+  probe(bytes: Uint8Array): Promise<AudioInfo>;
+}

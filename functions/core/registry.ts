@@ -31,6 +31,8 @@ export interface Model {
   readonly kind: ModelKind;
   /** Tokens; absent for audio models. */
   readonly contextWindow?: number;
+  /** Embedding models: the vector length, and the most a request's `dimensions` may ask for. */
+  readonly dimensions?: number;
   /** Completion cap when a request gives none; defaults to `DEFAULT_MAX_TOKENS` (core/chat.ts). */
   readonly defaultMaxTokens?: number;
   readonly rates: Rates;

@@ -50,3 +50,77 @@ export interface ChatProvider {
   /** Resolves once the first event has arrived; throws `UpstreamFailure` if it never does. */
   stream(call: UpstreamCall): Promise<ChatStream>;
 }
+
+/** Which deployment and key an attempt uses; shared by every endpoint's upstream call. */
+export interface UpstreamTarget {
+  readonly deployment: Deployment;
+  readonly keyIndex: number;
+  readonly signal?: AbortSignal;
+}
+
+/** An embeddings vector as the upstream sent it: floats, or base64 of little-endian float32. */
+export type UpstreamVector = readonly number[] | string;
+
+export interface EmbeddingsCall extends UpstreamTarget {
+  /** OpenAI embeddings body for this deployment (core/embeddings.ts `upstreamEmbeddingsBody`). */
+  readonly body: Record<string, unknown>;
+}
+
+export interface EmbeddingsResult {
+  /** One vector per input, in input order. */
+  readonly vectors: readonly UpstreamVector[];
+  /** Input tokens the upstream reported, or null when it reported none. */
+  readonly promptTokens: number | null;
+}
+
+export interface EmbeddingsProvider {
+  embed(call: EmbeddingsCall): Promise<EmbeddingsResult>;
+}
+
+/** An uploaded audio file, as received from the client. */
+export interface AudioFile {
+  readonly bytes: Uint8Array;
+  readonly filename: string;
+  readonly contentType: string;
+}
+
+export interface TranscriptionCall extends UpstreamTarget {
+  readonly file: AudioFile;
+  /** Form fields for the upstream besides `file` (model already replaced by the upstream model name). */
+  readonly fields: readonly (readonly [name: string, value: string])[];
+}
+
+export interface TranscriptionResult {
+  /** The upstream's response body, in the requested `response_format`. */
+  readonly body: Buffer;
+}
+
+export interface TranscriptionProvider {
+  transcribe(call: TranscriptionCall): Promise<TranscriptionResult>;
+}
+
+export interface SpeechCall extends UpstreamTarget {
+  /** OpenAI speech body for this deployment. */
+  readonly body: Record<string, unknown>;
+}
+
+/**
+ * Audio bytes whose first chunk has already arrived (so the deployment is committed). Iteration ends when the
+ * upstream response ends; a failure after the first chunk is thrown from the iterator.
+ */
+export interface AudioStream extends AsyncIterable<Uint8Array> {
+  close(): void;
+}
+
+export interface SpeechProvider {
+  /** Resolves once the first audio bytes have arrived; throws `UpstreamFailure` if they never do. */
+  speak(call: SpeechCall): Promise<AudioStream>;
+}
+
+/** What one provider protocol can serve; a missing capability makes its deployments fail over. */
+export interface ProviderAdapter {
+  readonly chat?: ChatProvider;
+  readonly embeddings?: EmbeddingsProvider;
+  readonly transcriptions?: TranscriptionProvider;
+  readonly speech?: SpeechProvider;
+}

@@ -30,6 +30,7 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
           ...response,
           headers: {
             ...call.limitHeaders,
+            ...servedBy(call),
             ...(timing ? { 'server-timing': timing } : {}),
             ...response.headers,
           },
@@ -45,6 +46,16 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
     },
     () => container().log,
   );
+
+/** Which deployment served the call, after how many attempts (ARCHITECTURE.md §8). */
+const servedBy = (call: CallRecorder): Record<string, string> =>
+  call.deployment
+    ? {
+        'x-svc-provider': call.deployment.provider,
+        'x-svc-served-model': call.deployment.upstreamModel,
+        'x-svc-attempts': String(call.attempts.length),
+      }
+    : {};
 
 const settle = async (c: Container, call: CallRecorder): Promise<void> => {
   const record = call.settlement();

@@ -1,5 +1,4 @@
 import { UpstreamFailure } from '#core/fallback.ts';
-import type { Deployment } from '#core/registry.ts';
 import type {
   ChatCompletionResult,
   ChatProvider,
@@ -8,9 +7,8 @@ import type {
   UpstreamCall,
 } from '#core/upstream.ts';
 import { parseOpenAiUsage } from '#core/usage.ts';
-import type { UpstreamConfig } from '#functions/config.ts';
-import { statusFailure, transportFailure, type UpstreamHttp } from './http.ts';
-import type { KeyRing } from './key-ring.ts';
+import { statusFailure, transportFailure } from './http.ts';
+import { FirstByteTimeout, type OpenAiHttp } from './openai-http.ts';
 import { sseData } from './sse.ts';
 
 /**
@@ -20,23 +18,14 @@ import { sseData } from './sse.ts';
  * only for the chunk that carries usage.
  */
 export class OpenAiCompatibleChat implements ChatProvider {
-  readonly #http: UpstreamHttp;
-  readonly #keys: KeyRing;
-  readonly #config: UpstreamConfig;
-  readonly #urls = new Map<string, URL>();
+  readonly #http: OpenAiHttp;
 
-  constructor(http: UpstreamHttp, keys: KeyRing, config: UpstreamConfig) {
+  constructor(http: OpenAiHttp) {
     this.#http = http;
-    this.#keys = keys;
-    this.#config = config;
   }
 
   async complete(call: UpstreamCall): Promise<ChatCompletionResult> {
-    const { deployment } = call;
-    const response = await this.#post(
-      call,
-      deployment.timeouts?.firstByteMs ?? this.#config.completionTimeoutMs,
-    );
+    const response = await this.#post(call, this.#http.completionTimeoutMs(call.deployment));
     if (response.statusCode !== 200) throw await statusFailure(response);
     let body: Record<string, unknown>;
     try {
@@ -62,8 +51,7 @@ export class OpenAiCompatibleChat implements ChatProvider {
   }
 
   async stream(call: UpstreamCall): Promise<ChatStream> {
-    const { deployment } = call;
-    const firstByteMs = deployment.timeouts?.firstByteMs ?? this.#config.streamFirstByteTimeoutMs;
+    const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
     const abort = new AbortController();
     const onCallerAbort = () => abort.abort();
     call.signal?.addEventListener('abort', onCallerAbort, { once: true });
@@ -94,37 +82,15 @@ export class OpenAiCompatibleChat implements ChatProvider {
     }
   }
 
-  async #post(call: UpstreamCall, headersTimeoutMs: number) {
-    const key = await this.#keys.key(call.deployment, call.keyIndex);
-    const headers: Record<string, string> = {
-      'content-type': 'application/json',
-      accept: 'application/json',
-    };
-    if (key !== null) headers.authorization = `Bearer ${key}`;
-    if (call.body.stream === true) headers.accept = 'text/event-stream';
-    return this.#http.post({
-      url: this.#url(call.deployment),
-      headers,
+  #post(call: UpstreamCall, headersTimeoutMs: number) {
+    return this.#http.post(call, {
+      path: '/chat/completions',
       body: JSON.stringify(call.body),
+      contentType: 'application/json',
+      accept: call.body.stream === true ? 'text/event-stream' : 'application/json',
       headersTimeoutMs,
-      bodyTimeoutMs: call.deployment.timeouts?.idleMs ?? this.#config.idleTimeoutMs,
-      ...(call.signal ? { signal: call.signal } : {}),
     });
   }
-
-  #url(deployment: Deployment): URL {
-    const cacheKey = `${deployment.id} ${deployment.baseUrl}`;
-    let url = this.#urls.get(cacheKey);
-    if (!url) {
-      url = new URL(`${deployment.baseUrl.replace(/\/+$/, '')}/chat/completions`);
-      this.#urls.set(cacheKey, url);
-    }
-    return url;
-  }
-}
-
-class FirstByteTimeout extends Error {
-  override readonly name = 'FirstByteTimeout';
 }
 
 const isErrorEvent = (data: string): boolean => data.startsWith('{"error"');

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { ChatRequest } from '#core/chat.ts';
 import { parseWith } from '../validation.ts';
+import { withoutNulls } from './nulls.ts';
 
 /**
  * `POST /v1/chat/completions` body: the whitelist of spec §4, strictly. Any other top-level parameter —
@@ -129,16 +130,9 @@ export const chatRequestSchema = z.strictObject({
   stream_options: z.strictObject({ include_usage: z.boolean().optional() }).optional(),
 });
 
-/**
- * Validates a parsed JSON body. `null` for an optional parameter means "not given", as in OpenAI's API,
- * so nulls are dropped at the top level before the whitelist check.
- */
+/** Validates a parsed JSON body (top-level nulls mean "not given"). */
 export const parseChatRequest = (body: unknown): ChatRequest => {
-  const input =
-    body !== null && typeof body === 'object' && !Array.isArray(body)
-      ? Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null))
-      : body;
-  const request = parseWith(chatRequestSchema, input) as ChatRequest;
+  const request = parseWith(chatRequestSchema, withoutNulls(body)) as ChatRequest;
   // Annotations describe a past reply; they mean nothing to a model and some upstreams refuse them.
   for (const message of request.messages) if ('annotations' in message) delete message.annotations;
   return request;

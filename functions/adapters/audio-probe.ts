@@ -1,0 +1,67 @@
+import { parseBuffer } from 'music-metadata';
+import { TRANSCRIPTION_INPUT_FORMATS } from '#core/audio.ts';
+import { InvalidRequestError } from '#core/errors.ts';
+import type { AudioInfo, AudioProbe } from '#core/ports.ts';
+
+/**
+ * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
+ * metadata parser (music-metadata: RIFF, MPEG frames, FLAC STREAMINFO, Ogg granules, Matroska, MP4 boxes),
+ * never taken from the client. A file the parser cannot read, or of a format the endpoint does not accept,
+ * is refused before anything is held or sent upstream.
+ */
+
+/** music-metadata's container names → the format names of OpenAI's accepted list. */
+const formatOf = (container: string | undefined): string | null => {
+  if (!container) return null;
+  if (container === 'WAVE') return 'wav';
+  if (container === 'MPEG') return 'mp3';
+  if (container === 'FLAC') return 'flac';
+  if (container === 'Ogg') return 'ogg';
+  if (container.startsWith('EBML/webm')) return 'webm';
+  if (container.startsWith('M4A/')) return 'm4a';
+  if (/^(isom|iso\d|mp4\d|avc1|mp42)/.test(container)) return 'mp4';
+  return null;
+};
+
+const ACCEPTED = `Supported formats: ${TRANSCRIPTION_INPUT_FORMATS.join(', ')}.`;
+
+const unreadable = (detail: string) =>
+  new InvalidRequestError(`The audio file could not be read: ${detail}. ${ACCEPTED}`, 'invalid_audio', {
+    param: 'file',
+  });
+
+export const musicMetadataProbe: AudioProbe = {
+  async probe(bytes): Promise<AudioInfo> {
+    let metadata: Awaited<ReturnType<typeof parseBuffer>>;
+    try {
+      metadata = await parseBuffer(
+        bytes,
+        // The format is detected from the content alone: a client's file name or content type may be wrong.
+        { size: bytes.length },
+        // Scan MPEG frames when there is no Xing/VBRI header rather than extrapolate from the first ones.
+        { duration: true, skipCovers: true },
+      );
+    } catch (error) {
+      if (error instanceof Error && error.name === 'CouldNotDetermineFileTypeError') {
+        throw new InvalidRequestError(`Unrecognized audio file format. ${ACCEPTED}`, 'invalid_file_format', {
+          param: 'file',
+        });
+      }
+      throw unreadable(error instanceof Error ? error.message : 'corrupt data');
+    }
+    const format = formatOf(metadata.format.container);
+    if (format === null) {
+      throw new InvalidRequestError(
+        `Unsupported audio format${metadata.format.container ? ` (${metadata.format.container})` : ''}. ${ACCEPTED}`,
+        'invalid_file_format',
+        { param: 'file' },
+      );
+    }
+    const seconds = metadata.format.duration;
+    if (seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) {
+      throw unreadable('it holds no audio whose duration can be measured');
+    }
+    // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
+    return { format, durationMs: Math.ceil(seconds * 1000) };
+  },
+};

@@ -1,0 +1,111 @@
+import { UpstreamFailure } from '#core/fallback.ts';
+import type { Deployment } from '#core/registry.ts';
+import type { UpstreamTarget } from '#core/upstream.ts';
+import type { UpstreamConfig } from '#functions/config.ts';
+import { transportFailure, type UpstreamHttp, type UpstreamResponse } from './http.ts';
+import type { KeyRing } from './key-ring.ts';
+
+export interface OpenAiPost {
+  /** Path below the deployment's base URL, e.g. `/embeddings`. */
+  readonly path: string;
+  readonly body: string | Uint8Array;
+  readonly contentType: string;
+  readonly accept: string;
+  readonly headersTimeoutMs: number;
+}
+
+/**
+ * The request side shared by every OpenAI-compatible endpoint: the deployment's URL for a path, its key for
+ * the attempt (core chose the index), and the timeouts. Endpoint adapters add only their body and parsing.
+ */
+export class OpenAiHttp {
+  readonly #http: UpstreamHttp;
+  readonly #keys: KeyRing;
+  readonly config: UpstreamConfig;
+  readonly #urls = new Map<string, URL>();
+
+  constructor(http: UpstreamHttp, keys: KeyRing, config: UpstreamConfig) {
+    this.#http = http;
+    this.#keys = keys;
+    this.config = config;
+  }
+
+  async post(target: UpstreamTarget, request: OpenAiPost): Promise<UpstreamResponse> {
+    const key = await this.#keys.key(target.deployment, target.keyIndex);
+    const headers: Record<string, string> = { 'content-type': request.contentType, accept: request.accept };
+    if (key !== null) headers.authorization = `Bearer ${key}`;
+    return this.#http.post({
+      url: this.#url(target.deployment, request.path),
+      headers,
+      body: request.body,
+      headersTimeoutMs: request.headersTimeoutMs,
+      bodyTimeoutMs: target.deployment.timeouts?.idleMs ?? this.config.idleTimeoutMs,
+      ...(target.signal ? { signal: target.signal } : {}),
+    });
+  }
+
+  /** How long a whole (non-stream) reply may take to start, for this deployment. */
+  completionTimeoutMs(deployment: Deployment): number {
+    return deployment.timeouts?.firstByteMs ?? this.config.completionTimeoutMs;
+  }
+
+  /** How long a streamed reply may take to deliver its first event or chunk, for this deployment. */
+  firstByteTimeoutMs(deployment: Deployment): number {
+    return deployment.timeouts?.firstByteMs ?? this.config.streamFirstByteTimeoutMs;
+  }
+
+  #url(deployment: Deployment, path: string): URL {
+    const cacheKey = `${deployment.id} ${deployment.baseUrl} ${path}`;
+    let url = this.#urls.get(cacheKey);
+    if (!url) {
+      url = new URL(`${deployment.baseUrl.replace(/\/+$/, '')}${path}`);
+      this.#urls.set(cacheKey, url);
+    }
+    return url;
+  }
+}
+
+/**
+ * Reads a whole upstream body, at most `limitBytes`. A body cut off mid-way is a drop (worth another
+ * deployment); one larger than any sane reply is a protocol fault.
+ */
+export const readAll = async (response: UpstreamResponse, limitBytes: number): Promise<Buffer> => {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of response.body) {
+      size += chunk.length;
+      if (size > limitBytes) {
+        response.body.destroy();
+        throw new UpstreamFailure('protocol', `upstream body exceeds ${limitBytes} bytes`);
+      }
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    throw transportFailure(error);
+  }
+  return Buffer.concat(chunks, size);
+};
+
+/** Reads a JSON object body; anything else is a protocol fault, a cut-off body a drop. */
+export const readJsonObject = async (
+  response: UpstreamResponse,
+  limitBytes: number,
+): Promise<Record<string, unknown>> => {
+  const text = (await readAll(response, limitBytes)).toString('utf8');
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new UpstreamFailure('protocol', 'upstream body is not JSON', { cause: error });
+  }
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new UpstreamFailure('protocol', 'upstream body is not a JSON object');
+  }
+  return body as Record<string, unknown>;
+};
+
+/** The abort reason of a first-byte deadline, told apart from the caller's own abort. */
+export class FirstByteTimeout extends Error {
+  override readonly name = 'FirstByteTimeout';
+}

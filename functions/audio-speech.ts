@@ -1,0 +1,36 @@
+import { countCharacters, SPEECH_FORMATS, speechUsage, upstreamSpeechBody } from '#core/audio.ts';
+import { costOf } from '#core/pricing.ts';
+import { audioBody } from '#http/audio-stream.ts';
+import { inferenceHandler } from '#http/inference-handler.ts';
+import { header, jsonBody } from '#http/lambda.ts';
+import { parseSpeechRequest } from '#http/schemas/speech.ts';
+import { type Container, containerFromEnv } from './container.ts';
+
+/** `POST /v1/audio/speech` — the audio streamed back as the upstream produces it. */
+export const createHandler = (container: () => Container) =>
+  inferenceHandler('audio.speech', container, async (event, call, c) => {
+    const request = parseSpeechRequest(jsonBody(event, c.config.maxJsonBodyBytes));
+    await c.gateway.authenticate(header(event, 'authorization'), call);
+    const resolved = await c.gateway.resolve(request.model, 'speech', call);
+    // Billed per input character, so the hold is the exact cost.
+    const usage = speechUsage(countCharacters(request.input));
+    await c.gateway.admit(
+      { requestId: call.requestId, estimatedTokens: 0, holdAmount: costOf(resolved.model, usage) },
+      call,
+    );
+    // Resolves with the first audio bytes in hand: every failure before them may still fall back.
+    const audio = await c.gateway.route(resolved, call, true, (deployment, keyIndex) =>
+      c.provider(deployment.adapter, 'speech').speak({
+        deployment,
+        keyIndex,
+        body: upstreamSpeechBody(request, deployment.upstreamModel),
+      }),
+    );
+    return {
+      statusCode: 200,
+      headers: { 'content-type': SPEECH_FORMATS[request.response_format ?? 'mp3'] },
+      body: audioBody(audio, call, usage),
+    };
+  });
+
+export const handler = createHandler(containerFromEnv);

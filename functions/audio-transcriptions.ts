@@ -1,0 +1,48 @@
+import {
+  TRANSCRIPTION_FORMATS,
+  transcriptionBody,
+  transcriptionUsage,
+  upstreamTranscriptionFields,
+} from '#core/audio.ts';
+import { costOf } from '#core/pricing.ts';
+import { inferenceHandler } from '#http/inference-handler.ts';
+import { bodyBytes, header } from '#http/lambda.ts';
+import { parseMultipart } from '#http/multipart.ts';
+import { parseTranscriptionRequest } from '#http/schemas/transcriptions.ts';
+import { type Container, containerFromEnv } from './container.ts';
+
+/** `POST /v1/audio/transcriptions` — a multipart upload; billed on the duration the gateway measures. */
+export const createHandler = (container: () => Container) =>
+  inferenceHandler('audio.transcriptions', container, async (event, call, c) => {
+    // The size limit first, then the key: parsing and probing an upload costs CPU that an anonymous caller
+    // should not get to spend.
+    const bytes = bodyBytes(event, c.config.maxAudioBodyBytes);
+    await c.gateway.authenticate(header(event, 'authorization'), call);
+    const { request, file } = parseTranscriptionRequest(
+      await parseMultipart(bytes, header(event, 'content-type')),
+    );
+    const resolved = await c.gateway.resolve(request.model, 'transcription', call);
+    const audio = await c.audio.probe(file.bytes);
+    const usage = transcriptionUsage(audio.durationMs);
+    await c.gateway.admit(
+      { requestId: call.requestId, estimatedTokens: 0, holdAmount: costOf(resolved.model, usage) },
+      call,
+    );
+    const body = await c.gateway.route(resolved, call, true, async (deployment, keyIndex) => {
+      const reply = await c.provider(deployment.adapter, 'transcriptions').transcribe({
+        deployment,
+        keyIndex,
+        file,
+        fields: upstreamTranscriptionFields(request, deployment.upstreamModel),
+      });
+      return transcriptionBody(request.response_format, reply.body, audio.durationMs);
+    });
+    call.succeeded(usage);
+    return {
+      statusCode: 200,
+      headers: { 'content-type': TRANSCRIPTION_FORMATS[request.response_format] },
+      body,
+    };
+  });
+
+export const handler = createHandler(containerFromEnv);

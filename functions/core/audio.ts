@@ -1,0 +1,153 @@
+import { UpstreamFailure } from './fallback.ts';
+import type { Usage } from './usage.ts';
+
+/**
+ * Speech-to-text and text-to-speech rules (OpenAI's contract; the spec gives only the rates): formats and
+ * their content types, voices, and the measured units each call is billed in.
+ */
+
+/** `response_format` of a transcription, and the content type each is served with. */
+export const TRANSCRIPTION_FORMATS = {
+  json: 'application/json',
+  verbose_json: 'application/json',
+  text: 'text/plain; charset=utf-8',
+  srt: 'application/x-subrip; charset=utf-8',
+  vtt: 'text/vtt; charset=utf-8',
+} as const;
+export type TranscriptionFormat = keyof typeof TRANSCRIPTION_FORMATS;
+
+/** Audio containers a transcription accepts (OpenAI's list), as the gateway's probe names them. */
+export const TRANSCRIPTION_INPUT_FORMATS = [
+  'flac',
+  'mp3',
+  'mp4',
+  'mpeg',
+  'mpga',
+  'm4a',
+  'ogg',
+  'wav',
+  'webm',
+] as const;
+
+export interface TranscriptionRequest {
+  readonly model: string;
+  readonly language?: string | undefined;
+  readonly prompt?: string | undefined;
+  readonly temperature?: number | undefined;
+  readonly response_format: TranscriptionFormat;
+  readonly timestamp_granularities: readonly ('word' | 'segment')[];
+}
+
+/** `response_format` of speech, and the content type of the audio bytes. */
+export const SPEECH_FORMATS = {
+  mp3: 'audio/mpeg',
+  opus: 'audio/ogg',
+  aac: 'audio/aac',
+  flac: 'audio/flac',
+  wav: 'audio/wav',
+  // Headerless 24 kHz signed 16-bit little-endian mono, as OpenAI documents it.
+  pcm: 'audio/pcm',
+} as const;
+export type SpeechFormat = keyof typeof SPEECH_FORMATS;
+
+/** OpenAI's built-in voices. */
+export const VOICES = [
+  'alloy',
+  'ash',
+  'ballad',
+  'coral',
+  'echo',
+  'fable',
+  'nova',
+  'onyx',
+  'sage',
+  'shimmer',
+  'verse',
+  'marin',
+  'cedar',
+] as const;
+
+export const MAX_SPEECH_INPUT_CHARACTERS = 4096;
+
+export interface SpeechRequest {
+  readonly model: string;
+  readonly input: string;
+  readonly voice: (typeof VOICES)[number];
+  readonly response_format?: SpeechFormat | undefined;
+  readonly speed?: number | undefined;
+  readonly instructions?: string | undefined;
+}
+
+/**
+ * Characters as the speech rate counts them: Unicode code points, so an emoji or a CJK character is one
+ * character whatever its UTF-16 length.
+ */
+export const countCharacters = (text: string): number => {
+  let count = 0;
+  for (const _ of text) count++;
+  return count;
+};
+
+/** Speech is billed on the input the client sent, known exactly before the call. */
+export const speechUsage = (characters: number): Usage => ({
+  promptTokens: 0,
+  completionTokens: 0,
+  cachedPromptTokens: 0,
+  reasoningTokens: 0,
+  characters,
+  source: 'measured',
+});
+
+/** Transcription is billed on the audio's duration as the gateway measured it, never as a client claims. */
+export const transcriptionUsage = (audioMs: number): Usage => ({
+  promptTokens: 0,
+  completionTokens: 0,
+  cachedPromptTokens: 0,
+  reasoningTokens: 0,
+  audioMs,
+  source: 'measured',
+});
+
+/** The speech upstream body: the validated request, relabelled for the deployment. */
+export const upstreamSpeechBody = (
+  request: SpeechRequest,
+  upstreamModel: string,
+): Record<string, unknown> => ({
+  ...request,
+  model: upstreamModel,
+  response_format: request.response_format ?? 'mp3',
+});
+
+/** The form the upstream receives besides the file: the validated fields, with its own model name. */
+export const upstreamTranscriptionFields = (
+  request: TranscriptionRequest,
+  upstreamModel: string,
+): [string, string][] => {
+  const fields: [string, string][] = [['model', upstreamModel]];
+  if (request.language !== undefined) fields.push(['language', request.language]);
+  if (request.prompt !== undefined) fields.push(['prompt', request.prompt]);
+  if (request.temperature !== undefined) fields.push(['temperature', String(request.temperature)]);
+  fields.push(['response_format', request.response_format]);
+  for (const g of request.timestamp_granularities) fields.push(['timestamp_granularities[]', g]);
+  return fields;
+};
+
+/**
+ * The client's transcription body from the upstream's. JSON formats must be a transcription object (else the
+ * reply is a protocol fault and another deployment is tried) and get `usage` as we measured and bill it;
+ * text formats pass through.
+ */
+export const transcriptionBody = (format: TranscriptionFormat, upstream: Buffer, audioMs: number): string => {
+  const text = upstream.toString('utf8');
+  if (format !== 'json' && format !== 'verbose_json') return text;
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new UpstreamFailure('protocol', 'upstream transcription is not JSON', { cause: error });
+  }
+  if (body === null || typeof body !== 'object' || typeof (body as { text?: unknown }).text !== 'string') {
+    throw new UpstreamFailure('protocol', 'upstream transcription has no text');
+  }
+  return JSON.stringify({ ...body, usage: { type: 'duration', seconds: audioMs / 1000 } });
+};

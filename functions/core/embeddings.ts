@@ -1,0 +1,170 @@
+import { InvalidRequestError } from './errors.ts';
+import { UpstreamFailure } from './fallback.ts';
+import type { TokenCounter } from './ports.ts';
+import type { Deployment, Model } from './registry.ts';
+import type { UpstreamVector } from './upstream.ts';
+import type { Usage } from './usage.ts';
+
+/** A validated `POST /v1/embeddings` body (OpenAI's contract; the spec leaves it "not shown"). */
+export interface EmbeddingsRequest {
+  model: string;
+  /** A string, strings, token ids, or arrays of token ids. */
+  input: string | string[] | number[] | number[][];
+  encoding_format?: 'float' | 'base64' | undefined;
+  dimensions?: number | undefined;
+  /** End-user id; accepted for compatibility and never forwarded (the usage report stays anonymous). */
+  user?: string | undefined;
+}
+
+export type EmbeddingsInput = string | readonly number[];
+
+/** OpenAI's bounds: at most 2048 inputs per request, and 300,000 tokens summed across them. */
+export const MAX_EMBEDDING_INPUTS = 2048;
+export const MAX_EMBEDDING_REQUEST_TOKENS = 300_000;
+/** Per-input token limit when the model gives no context window (OpenAI's for every embedding model). */
+export const DEFAULT_EMBEDDING_CONTEXT = 8192;
+
+export interface PreparedEmbeddings {
+  readonly model: Model;
+  readonly inputs: readonly EmbeddingsInput[];
+  /** Estimated input tokens (real tokenizer; a token array counts its length): limits, hold, fallback bill. */
+  readonly promptTokens: number;
+  readonly encoding: 'float' | 'base64';
+  readonly dimensions: number | null;
+}
+
+const isTokenArray = (value: unknown): value is number[] =>
+  Array.isArray(value) && value.length > 0 && typeof value[0] === 'number';
+
+/** Normalises the input to a list and checks each item against the model's context and the request total. */
+export const prepareEmbeddings = (
+  request: EmbeddingsRequest,
+  model: Model,
+  tokens: TokenCounter,
+): PreparedEmbeddings => {
+  const input = request.input;
+  const single = typeof input === 'string' || isTokenArray(input);
+  const inputs: EmbeddingsInput[] = single ? [input] : (input as EmbeddingsInput[]);
+  const context = model.contextWindow ?? DEFAULT_EMBEDDING_CONTEXT;
+  let promptTokens = 0;
+  inputs.forEach((item, i) => {
+    const count = typeof item === 'string' ? tokens.count(item) : item.length;
+    if (count > context) {
+      throw new InvalidRequestError(
+        `This model's maximum context length is ${context} tokens, however you requested ${count} tokens in input[${i}]. Please reduce your input.`,
+        'context_length_exceeded',
+        { param: single ? 'input' : `input[${i}]` },
+      );
+    }
+    promptTokens += count;
+  });
+  if (promptTokens > MAX_EMBEDDING_REQUEST_TOKENS) {
+    throw new InvalidRequestError(
+      `Requested ${promptTokens} tokens across all inputs; the maximum per request is ${MAX_EMBEDDING_REQUEST_TOKENS}.`,
+      'context_length_exceeded',
+      { param: 'input' },
+    );
+  }
+  const dimensions = request.dimensions ?? null;
+  if (dimensions !== null && model.dimensions !== undefined && dimensions > model.dimensions) {
+    throw new InvalidRequestError(
+      `The model \`${model.id}\` produces at most ${model.dimensions} dimensions; requested ${dimensions}.`,
+      'invalid_value',
+      { param: 'dimensions' },
+    );
+  }
+  return { model, inputs, promptTokens, encoding: request.encoding_format ?? 'float', dimensions };
+};
+
+/** The upstream body for one deployment: inputs always as a list; `user` stays with us. */
+export const upstreamEmbeddingsBody = (
+  prepared: PreparedEmbeddings,
+  deployment: Deployment,
+): Record<string, unknown> => ({
+  model: deployment.upstreamModel,
+  input: prepared.inputs,
+  encoding_format: prepared.encoding,
+  ...(prepared.dimensions !== null ? { dimensions: prepared.dimensions } : {}),
+});
+
+/** Float32 count of a vector, without decoding it. */
+const vectorLength = (vector: UpstreamVector): number => {
+  if (typeof vector !== 'string') return vector.length;
+  const bytes = Buffer.byteLength(vector, 'base64');
+  return bytes % 4 === 0 ? bytes / 4 : -1;
+};
+
+/**
+ * Checks an upstream's vectors before anything reaches the client: one per input, all of one length (the
+ * requested one, when the client chose it), well-formed. A provider that ignores `dimensions` or sends a
+ * short list fails over like any other faulty reply instead of handing the client wrong vectors.
+ */
+export const checkVectors = (prepared: PreparedEmbeddings, vectors: readonly UpstreamVector[]): void => {
+  if (vectors.length !== prepared.inputs.length) {
+    throw new UpstreamFailure(
+      'protocol',
+      `upstream returned ${vectors.length} embeddings for ${prepared.inputs.length} inputs`,
+    );
+  }
+  const expected = prepared.dimensions ?? vectorLength(vectors[0] as UpstreamVector);
+  for (const vector of vectors) {
+    const length = vectorLength(vector);
+    if (length !== expected || length < 1) {
+      throw new UpstreamFailure(
+        'protocol',
+        `upstream embedding has ${length} dimensions, expected ${expected}`,
+      );
+    }
+    if (typeof vector !== 'string' && !vector.every(Number.isFinite)) {
+      throw new UpstreamFailure('protocol', 'upstream embedding holds a non-number');
+    }
+  }
+};
+
+/** Base64 of little-endian float32s: what OpenAI sends for `encoding_format: "base64"`. */
+export const vectorToBase64 = (vector: readonly number[]): string => {
+  const bytes = Buffer.allocUnsafe(vector.length * 4);
+  for (let i = 0; i < vector.length; i++) bytes.writeFloatLE(vector[i] as number, i * 4);
+  return bytes.toString('base64');
+};
+
+export const base64ToVector = (encoded: string): number[] => {
+  const bytes = Buffer.from(encoded, 'base64');
+  const vector = new Array<number>(bytes.length / 4);
+  for (let i = 0; i < vector.length; i++) vector[i] = bytes.readFloatLE(i * 4);
+  return vector;
+};
+
+/** A vector in the encoding the client asked for, converting only when the upstream used the other one. */
+export const encodeVector = (
+  vector: UpstreamVector,
+  encoding: 'float' | 'base64',
+): readonly number[] | string => {
+  if (encoding === 'base64') return typeof vector === 'string' ? vector : vectorToBase64(vector);
+  return typeof vector === 'string' ? base64ToVector(vector) : vector;
+};
+
+/** Usage of an embeddings call: the upstream's input tokens, or our own count when it reported none. */
+export const embeddingsUsage = (prepared: PreparedEmbeddings, reported: number | null): Usage => ({
+  promptTokens: reported ?? prepared.promptTokens,
+  completionTokens: 0,
+  cachedPromptTokens: 0,
+  reasoningTokens: 0,
+  source: reported === null ? 'estimated' : 'upstream',
+});
+
+/** OpenAI's embeddings list object, labelled with the public model id. */
+export const embeddingsResponse = (
+  prepared: PreparedEmbeddings,
+  vectors: readonly UpstreamVector[],
+  usage: Usage,
+) => ({
+  object: 'list' as const,
+  data: vectors.map((vector, index) => ({
+    object: 'embedding' as const,
+    index,
+    embedding: encodeVector(vector, prepared.encoding),
+  })),
+  model: prepared.model.id,
+  usage: { prompt_tokens: usage.promptTokens, total_tokens: usage.promptTokens },
+});

@@ -1,0 +1,49 @@
+import {
+  checkVectors,
+  embeddingsResponse,
+  embeddingsUsage,
+  prepareEmbeddings,
+  upstreamEmbeddingsBody,
+} from '#core/embeddings.ts';
+import { costOf } from '#core/pricing.ts';
+import { JSON_HEADERS } from '#http/handler.ts';
+import { inferenceHandler } from '#http/inference-handler.ts';
+import { header, jsonBody } from '#http/lambda.ts';
+import { parseEmbeddingsRequest } from '#http/schemas/embeddings.ts';
+import { type Container, containerFromEnv } from './container.ts';
+
+/** `POST /v1/embeddings` — one JSON reply; the vectors in the encoding the client asked for. */
+export const createHandler = (container: () => Container) =>
+  inferenceHandler('embeddings', container, async (event, call, c) => {
+    const request = parseEmbeddingsRequest(jsonBody(event, c.config.maxJsonBodyBytes));
+    await c.gateway.authenticate(header(event, 'authorization'), call);
+    const resolved = await c.gateway.resolve(request.model, 'embedding', call);
+    const prepared = prepareEmbeddings(request, resolved.model, c.tokens);
+    await c.gateway.admit(
+      {
+        requestId: call.requestId,
+        estimatedTokens: prepared.promptTokens,
+        // Input tokens are all an embedding costs; the estimate is the upstream's count with our tokenizer.
+        holdAmount: costOf(resolved.model, embeddingsUsage(prepared, null)),
+      },
+      call,
+    );
+    const result = await c.gateway.route(resolved, call, true, async (deployment, keyIndex) => {
+      const reply = await c.provider(deployment.adapter, 'embeddings').embed({
+        deployment,
+        keyIndex,
+        body: upstreamEmbeddingsBody(prepared, deployment),
+      });
+      checkVectors(prepared, reply.vectors);
+      return reply;
+    });
+    const usage = embeddingsUsage(prepared, result.promptTokens);
+    call.succeeded(usage);
+    return {
+      statusCode: 200,
+      headers: JSON_HEADERS,
+      body: JSON.stringify(embeddingsResponse(prepared, result.vectors, usage)),
+    };
+  });
+
+export const handler = createHandler(containerFromEnv);

@@ -1,0 +1,37 @@
+import { Readable } from 'node:stream';
+import type { CallRecorder } from '#core/call-recorder.ts';
+import type { AudioStream } from '#core/upstream.ts';
+import type { Usage } from '#core/usage.ts';
+
+/**
+ * The client's audio: upstream chunks relayed as they arrive. Binary audio has no error event, so an upstream
+ * that breaks part-way makes the response fail (the connection is cut before the chunked terminator, which
+ * every HTTP client reports as an error) rather than end cleanly short. The call's outcome is recorded here,
+ * where it is known: complete, interrupted (not charged), or abandoned by the client (charged, as chat).
+ */
+export const audioBody = (stream: AudioStream, call: CallRecorder, usage: Usage): Readable =>
+  Readable.from(relay(stream, call, usage), { objectMode: false, highWaterMark: 64 * 1024 });
+
+async function* relay(stream: AudioStream, call: CallRecorder, usage: Usage): AsyncGenerator<Uint8Array> {
+  let finished = false;
+  const upstream = stream[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      let next: IteratorResult<Uint8Array, void>;
+      try {
+        next = await upstream.next();
+      } catch (error) {
+        finished = true;
+        call.interrupted(error, null);
+        throw error;
+      }
+      if (next.done) break;
+      yield next.value;
+    }
+    finished = true;
+    call.succeeded(usage);
+  } finally {
+    if (!finished) call.aborted(usage);
+    stream.close();
+  }
+}
