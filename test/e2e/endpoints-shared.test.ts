@@ -1,0 +1,204 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { usdToNano } from '#core/pricing.ts';
+import { makeWav } from '#test/audio.ts';
+import { startTestStack, type TestStack } from '#test/stack.ts';
+
+/**
+ * Every inference endpoint runs the same pipeline as chat — authentication, the whitelist, model resolution,
+ * admission (limits and the wallet hold), fallback across deployments, the error contract — so every one of
+ * them is held to the same behaviour here, case by case.
+ */
+
+let t: TestStack;
+beforeAll(async () => {
+  t = await startTestStack({ functionEnv: { ACCOUNT_CACHE_TTL_MS: '0' } });
+});
+afterAll(() => t?.stop());
+afterEach(() => t.simulator.resetFaults());
+
+const WAV = makeWav({ durationMs: 1500 });
+
+interface Options {
+  readonly key: string;
+  readonly model?: string;
+  /** An extra, undocumented parameter the endpoint must refuse. */
+  readonly extra?: readonly [string, string];
+}
+
+interface Case {
+  readonly endpoint: string;
+  readonly model: string;
+  readonly call: (options: Options) => Promise<Response>;
+  /** Checks a successful response's body. */
+  readonly ok: (response: Response) => Promise<void>;
+}
+
+const json = (path: string, body: Record<string, unknown>) => (o: Options) =>
+  fetch(`${t.baseURL}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${o.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      ...body,
+      ...(o.model ? { model: o.model } : {}),
+      ...Object.fromEntries(o.extra ? [o.extra] : []),
+    }),
+  });
+
+const cases: Case[] = [
+  {
+    endpoint: '/chat/completions',
+    model: 'famA-v4.1-flash',
+    call: (o) =>
+      json('/chat/completions', {
+        model: 'famA-v4.1-flash',
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 16,
+      })(o),
+    ok: async (r) => expect(((await r.json()) as { object: string }).object).toBe('chat.completion'),
+  },
+  {
+    endpoint: '/embeddings',
+    model: 'svc-embed',
+    call: (o) => json('/embeddings', { model: 'svc-embed', input: 'hello world' })(o),
+    ok: async (r) => expect(((await r.json()) as { data: unknown[] }).data).toHaveLength(1),
+  },
+  {
+    endpoint: '/audio/transcriptions',
+    model: 'svc-stt',
+    call: (o) => {
+      const form = new FormData();
+      form.set('file', new Blob([WAV], { type: 'audio/wav' }), 'hello.wav');
+      form.set('model', o.model ?? 'svc-stt');
+      if (o.extra) form.set(o.extra[0], o.extra[1]);
+      return fetch(`${t.baseURL}/audio/transcriptions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${o.key}` },
+        body: form,
+      });
+    },
+    ok: async (r) => expect(typeof ((await r.json()) as { text: unknown }).text).toBe('string'),
+  },
+  {
+    endpoint: '/audio/speech',
+    model: 'svc-tts',
+    call: (o) =>
+      json('/audio/speech', {
+        model: 'svc-tts',
+        input: 'Hello there.',
+        voice: 'alloy',
+        response_format: 'wav',
+      })(o),
+    ok: async (r) => {
+      expect(r.headers.get('content-type')).toBe('audio/wav');
+      expect(
+        Buffer.from(await r.arrayBuffer())
+          .subarray(0, 4)
+          .toString('latin1'),
+      ).toBe('RIFF');
+    },
+  },
+];
+
+let n = 0;
+/** A fresh account with a key; funded (hence trusted) when `usd` is given. */
+const account = async (usd?: number) => {
+  const { id } = await t.stack.container.accounts.createAccount({ id: `acct_shared${n++}` });
+  const { key } = await t.stack.container.accounts.createKey(id);
+  if (usd) {
+    await t.stack.container.accounting.topUp({
+      accountId: id,
+      amount: usdToNano(usd),
+      reference: `seed-${id}`,
+      at: Date.now(),
+    });
+  }
+  return { id, key };
+};
+
+const errorOf = async (response: Response) =>
+  ((await response.json()) as { error: { type: string; code: string | null; param: string | null } }).error;
+
+describe.each(cases)('POST /v1$endpoint, as chat', ({ model, call, ok }) => {
+  it('serves the call, with the request id, the serving provider and the limit headers', async () => {
+    const { key } = await account(5);
+    const response = await call({ key });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{32}$/);
+    expect(response.headers.get('x-svc-provider')).toBe('sim-a');
+    expect(response.headers.get('x-svc-served-model')).toBe(model);
+    for (const kind of ['requests', 'tokens']) {
+      expect(Number(response.headers.get(`x-ratelimit-limit-${kind}`))).toBeGreaterThan(0);
+      expect(response.headers.get(`x-ratelimit-remaining-${kind}`)).toMatch(/^\d+$/);
+      expect(response.headers.get(`x-ratelimit-reset-${kind}`)).toBeTruthy();
+    }
+    await ok(response);
+  });
+
+  it('refuses a missing or unknown key with 401 invalid_api_key', async () => {
+    for (const key of ['', 'svc_live_nobodyHasThisKey0000000000']) {
+      const response = await call({ key });
+      expect(response.status).toBe(401);
+      expect(await errorOf(response)).toMatchObject({ code: 'invalid_api_key' });
+    }
+  });
+
+  it('refuses an undocumented parameter with 400 naming it', async () => {
+    const { key } = await account(5);
+    const response = await call({ key, extra: ['thinking', 'on'] });
+    expect(response.status).toBe(400);
+    expect(await errorOf(response)).toMatchObject({ code: 'unsupported_parameter', param: 'thinking' });
+  });
+
+  it('answers 404 model_not_found for an unknown model and for a model of another kind', async () => {
+    const { key } = await account(5);
+    for (const other of ['famZ-nonexistent', model === 'famA-v4.1-flash' ? 'svc-embed' : 'famA-v4.1-flash']) {
+      const response = await call({ key, model: other });
+      expect(response.status).toBe(404);
+      expect(await errorOf(response)).toMatchObject({ code: 'model_not_found' });
+    }
+  });
+
+  it('refuses with 402 when the wallet cannot cover the hold, and calls no upstream', async () => {
+    const { key } = await account();
+    t.simulator.clearCalls();
+    const response = await call({ key });
+    expect(response.status).toBe(402);
+    const error = (await response.json()) as {
+      error: { code: string; required_usd: number; available_usd: number };
+    };
+    expect(error.error).toMatchObject({ code: 'insufficient_balance', available_usd: 0 });
+    expect(error.error.required_usd).toBeGreaterThan(0);
+    expect(t.simulator.calls()).toHaveLength(0);
+  });
+
+  it('refuses with 429 rate_limit_exceeded and Retry-After beyond the account’s requests per minute', async () => {
+    const { id, key } = await account(5);
+    await t.stack.container.accounts.setQuota(id, { rpm: 1 });
+    expect((await call({ key })).status).toBe(200);
+    const refused = await call({ key });
+    expect(refused.status).toBe(429);
+    expect(await errorOf(refused)).toMatchObject({ type: 'requests', code: 'rate_limit_exceeded' });
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+  });
+
+  it.each(['overloaded', 'server_error', 'drop_before'] as const)(
+    'falls back to the next provider when the first fails with %s',
+    async (error) => {
+      const { key } = await account(5);
+      t.simulator.setFaults('sim-a', { error });
+      const response = await call({ key });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('x-svc-provider')).toBe('sim-b');
+      await ok(response);
+    },
+  );
+
+  it('answers 429 engine_overloaded when every deployment is overloaded', async () => {
+    const { key } = await account(5);
+    t.simulator.setFaults('sim-a', { error: 'overloaded' });
+    t.simulator.setFaults('sim-b', { error: 'overloaded' });
+    const response = await call({ key });
+    expect(response.status).toBe(429);
+    expect(await errorOf(response)).toMatchObject({ code: 'engine_overloaded' });
+  });
+});

@@ -1,0 +1,88 @@
+import { describe, expect, it } from 'vitest';
+import {
+  countCharacters,
+  speechUsage,
+  transcriptionBody,
+  transcriptionUsage,
+  upstreamTranscriptionFields,
+} from '#core/audio.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
+import { costOf } from '#core/pricing.ts';
+import type { Model } from '#core/registry.ts';
+
+const model = (kind: Model['kind'], input: number): Model => ({
+  id: `svc-${kind}`,
+  family: 'svc',
+  kind,
+  rates: { input },
+  flags: {},
+  status: 'active',
+  created: 0,
+});
+
+describe('speech billing', () => {
+  it('counts characters as code points', () => {
+    expect(countCharacters('abc')).toBe(3);
+    expect(countCharacters('🎧é世')).toBe(3);
+    expect('🎧'.length).toBe(2);
+  });
+
+  it('costs 25 USD per 1M characters', () => {
+    const tts = model('speech', 25);
+    expect(costOf(tts, speechUsage(1_000_000))).toBe(25_000_000_000);
+    expect(costOf(tts, speechUsage(1))).toBe(25_000);
+  });
+});
+
+describe('transcription billing', () => {
+  it('costs 0.001 USD per minute, per millisecond of measured audio', () => {
+    const stt = model('transcription', 0.001);
+    expect(costOf(stt, transcriptionUsage(60_000))).toBe(1_000_000);
+    expect(costOf(stt, transcriptionUsage(1_500))).toBe(25_000);
+    expect(costOf(stt, transcriptionUsage(1))).toBe(17); // 16.67 rounded half up
+  });
+});
+
+describe('transcriptionBody', () => {
+  it('replaces the upstream’s usage with the duration we measured, for JSON formats', () => {
+    const upstream = Buffer.from(JSON.stringify({ text: 'hi', usage: { type: 'duration', seconds: 99 } }));
+    expect(JSON.parse(transcriptionBody('json', upstream, 2_345))).toEqual({
+      text: 'hi',
+      usage: { type: 'duration', seconds: 2.345 },
+    });
+  });
+
+  it('passes text formats through', () => {
+    expect(transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:01,000\nhi\n'), 1_000)).toContain(
+      '-->',
+    );
+  });
+
+  it('fails over on a JSON reply that is not a transcription', () => {
+    expect(() => transcriptionBody('json', Buffer.from('<html>'), 1)).toThrow(UpstreamFailure);
+    expect(() => transcriptionBody('verbose_json', Buffer.from('{"words":[]}'), 1)).toThrow(UpstreamFailure);
+  });
+});
+
+describe('upstreamTranscriptionFields', () => {
+  it('forwards the validated fields with the upstream model name', () => {
+    expect(
+      upstreamTranscriptionFields(
+        {
+          model: 'svc-stt',
+          language: 'de',
+          temperature: 0.2,
+          response_format: 'verbose_json',
+          timestamp_granularities: ['word'],
+        },
+        'whisper-up',
+      ),
+    ).toEqual([
+      ['model', 'whisper-up'],
+      ['language', 'de'],
+      ['temperature', '0.2'],
+      ['response_format', 'verbose_json'],
+      ['timestamp_granularities[]', 'word'],
+    ]);
+  });
+});

@@ -1,0 +1,131 @@
+import { describe, expect, it } from 'vitest';
+import {
+  base64ToVector,
+  checkVectors,
+  embeddingsUsage,
+  encodeVector,
+  prepareEmbeddings,
+  upstreamEmbeddingsBody,
+  vectorToBase64,
+} from '#core/embeddings.ts';
+import { InvalidRequestError } from '#core/errors.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
+import { costOf } from '#core/pricing.ts';
+import type { Model } from '#core/registry.ts';
+import { deployment, wordCounter } from '#test/fixtures.ts';
+
+const embed: Model = {
+  id: 'svc-embed',
+  family: 'svc',
+  kind: 'embedding',
+  contextWindow: 10,
+  dimensions: 8,
+  rates: { input: 0.05 },
+  flags: {},
+  status: 'active',
+  created: 0,
+};
+
+describe('prepareEmbeddings', () => {
+  it('normalises every input shape to a list and counts tokens (token arrays by length)', () => {
+    expect(prepareEmbeddings({ model: 'm', input: 'a b c' }, embed, wordCounter)).toMatchObject({
+      inputs: ['a b c'],
+      promptTokens: 3,
+      encoding: 'float',
+      dimensions: null,
+    });
+    expect(prepareEmbeddings({ model: 'm', input: ['a', 'b c'] }, embed, wordCounter).promptTokens).toBe(3);
+    expect(prepareEmbeddings({ model: 'm', input: [7, 8, 9] }, embed, wordCounter).inputs).toEqual([
+      [7, 8, 9],
+    ]);
+    expect(
+      prepareEmbeddings({ model: 'm', input: [[1], [2, 3]], encoding_format: 'base64' }, embed, wordCounter),
+    ).toMatchObject({ inputs: [[1], [2, 3]], promptTokens: 3, encoding: 'base64' });
+  });
+
+  it('refuses an input beyond the context window, naming it', () => {
+    const long = 'w '.repeat(11);
+    expect(() => prepareEmbeddings({ model: 'm', input: ['ok', long] }, embed, wordCounter)).toThrow(
+      expect.objectContaining({ code: 'context_length_exceeded', param: 'input[1]' }),
+    );
+    expect(() => prepareEmbeddings({ model: 'm', input: long }, embed, wordCounter)).toThrow(
+      expect.objectContaining({ param: 'input' }),
+    );
+  });
+
+  it('refuses more dimensions than the model has', () => {
+    expect(() => prepareEmbeddings({ model: 'm', input: 'x', dimensions: 9 }, embed, wordCounter)).toThrow(
+      InvalidRequestError,
+    );
+    expect(prepareEmbeddings({ model: 'm', input: 'x', dimensions: 8 }, embed, wordCounter).dimensions).toBe(
+      8,
+    );
+  });
+
+  it('sends the upstream its own model name, the inputs as a list, and never the end-user id', () => {
+    const prepared = prepareEmbeddings(
+      { model: 'm', input: 'x', dimensions: 4, user: 'u-1' },
+      embed,
+      wordCounter,
+    );
+    expect(upstreamEmbeddingsBody(prepared, deployment({ upstreamModel: 'up-embed' }))).toEqual({
+      model: 'up-embed',
+      input: ['x'],
+      encoding_format: 'float',
+      dimensions: 4,
+    });
+  });
+});
+
+describe('vector encodings', () => {
+  it('round-trips float32 values through little-endian base64', () => {
+    const vector = [0.5, -0.25, Math.fround(0.1), 0];
+    const encoded = vectorToBase64(vector);
+    expect(Buffer.from(encoded, 'base64').readFloatLE(4)).toBe(-0.25);
+    expect(base64ToVector(encoded)).toEqual(vector);
+    expect(encodeVector(vector, 'base64')).toBe(encoded);
+    expect(encodeVector(encoded, 'float')).toEqual(vector);
+    expect(encodeVector(encoded, 'base64')).toBe(encoded);
+    expect(encodeVector(vector, 'float')).toBe(vector);
+  });
+});
+
+describe('checkVectors', () => {
+  const prepared = prepareEmbeddings({ model: 'm', input: ['a', 'b'], dimensions: 2 }, embed, wordCounter);
+
+  it('accepts one vector per input of the requested length, in either encoding', () => {
+    expect(() => checkVectors(prepared, [[1, 0], vectorToBase64([0, 1])])).not.toThrow();
+  });
+
+  it.each([
+    ['too few vectors', [[1, 0]]],
+    [
+      'a vector of the wrong length',
+      [
+        [1, 0],
+        [1, 0, 0],
+      ],
+    ],
+    ['base64 of the wrong length', [[1, 0], 'AAAA']],
+    [
+      'a non-number',
+      [
+        [1, 0],
+        [1, Number.NaN],
+      ],
+    ],
+  ])('fails over on %s', (_, vectors) => {
+    expect(() => checkVectors(prepared, vectors)).toThrow(UpstreamFailure);
+  });
+});
+
+describe('embeddings billing', () => {
+  it('bills input tokens at the model rate, from the upstream count or else our own', () => {
+    const prepared = prepareEmbeddings({ model: 'm', input: 'a b c' }, embed, wordCounter);
+    expect(embeddingsUsage(prepared, 7)).toMatchObject({ promptTokens: 7, source: 'upstream' });
+    expect(embeddingsUsage(prepared, null)).toMatchObject({ promptTokens: 3, source: 'estimated' });
+    // 0.05 USD per 1M tokens = 50 nano-USD per token.
+    expect(costOf(embed, embeddingsUsage(prepared, 1_000_000))).toBe(50_000_000);
+    expect(costOf(embed, embeddingsUsage(prepared, 1))).toBe(50);
+  });
+});
