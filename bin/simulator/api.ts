@@ -1,8 +1,10 @@
 /**
- * The shared pipeline of every OpenAI-style endpoint: body, auth, call recording, fault resolution,
- * latency and error injection. An endpoint only has to parse its body and write its success response,
- * which is what makes new endpoints (embeddings, audio, Anthropic Messages, ...) cheap to add.
+ * The shared pipeline of every API endpoint: body, auth, call recording, fault resolution, latency and
+ * error injection. An endpoint only has to parse its body and write its success response, which is what
+ * makes new endpoints (embeddings, audio, Anthropic Messages, ...) cheap to add; one from another provider
+ * family also names its {@link ApiDialect} (authentication and error wording).
  */
+import type { IncomingHttpHeaders } from 'node:http';
 import type { CallLog } from '#sim/calls.ts';
 import {
   INVALID_API_KEY_ERROR,
@@ -42,16 +44,50 @@ export interface ApiCall {
 /** An HTTP error to send instead of serving a request, with what is known for the call log. */
 export interface ApiRejection {
   status: number;
-  error: OpenAiErrorBody;
+  /** The error body, in the endpoint's dialect (OpenAI's unless the endpoint says otherwise). */
+  error: OpenAiErrorBody | object;
   model?: string;
   stream?: boolean;
 }
 
-/** One OpenAI-style endpoint, served at `/v1<path>` and `/p/<provider>/v1<path>`. */
+/** An error status and body, as one provider dialect words it. */
+export interface DialectError {
+  status: number;
+  body: object;
+}
+
+/**
+ * How a provider's API authenticates and words its errors. The pipeline (faults, delays, call log) is the
+ * same for every provider; only this differs. OpenAI's is the default ({@link OPENAI_DIALECT}).
+ */
+export interface ApiDialect {
+  /** The caller's key (recorded, and matched against a fault spec's `keys`), or the error to answer with. */
+  authenticate(headers: IncomingHttpHeaders): string | DialectError;
+  /** What the injected `overloaded`, `server_error` and `unauthorized` faults answer with. */
+  overloaded: DialectError;
+  serverError: DialectError;
+  unauthorized: DialectError;
+  /** A 400 body for a malformed directive or header, and a 413 body for an oversized request. */
+  invalidRequest(message: string): object;
+}
+
+/** OpenAI's dialect: `Authorization: Bearer`, 429 `engine_overloaded`, OpenAI-shaped error bodies. */
+export const OPENAI_DIALECT: ApiDialect = Object.freeze({
+  authenticate: (headers: IncomingHttpHeaders) =>
+    bearerKey(headers.authorization) ?? { status: 401, body: MISSING_API_KEY_ERROR },
+  overloaded: { status: 429, body: OVERLOADED_ERROR },
+  serverError: { status: 500, body: SERVER_ERROR },
+  unauthorized: { status: 401, body: INVALID_API_KEY_ERROR },
+  invalidRequest: (message: string) => invalidRequestError(message),
+});
+
+/** One API endpoint, served at `/v1<path>` and `/p/<provider>/v1<path>`. */
 export interface ApiEndpoint {
   method: 'GET' | 'POST';
   /** Path below the provider prefix, starting with `/v1/`. */
   path: string;
+  /** Authentication and error wording; OpenAI's when absent. */
+  dialect?: ApiDialect;
   /**
    * Validates the raw body; may throw {@link FaultSyntaxError} for a malformed inline directive. May be
    * asynchronous, for bodies that need asynchronous decoding (multipart forms, audio metadata).
@@ -75,7 +111,9 @@ export async function handleApiRequest(
   context: ApiContext,
 ): Promise<void> {
   const at = Date.now();
-  const key = bearerKey(ex.req.headers.authorization);
+  const dialect = endpoint.dialect ?? OPENAI_DIALECT;
+  const auth = dialect.authenticate(ex.req.headers);
+  const key = typeof auth === 'string' ? auth : null;
   const record = (model: string, stream: boolean, fault: string | null, requestBody: unknown = null): void =>
     context.calls.record({ provider, path: endpoint.path, model, key, stream, fault, at, body: requestBody });
 
@@ -84,7 +122,7 @@ export async function handleApiRequest(
     body = await readBody(ex.req);
   } catch (error) {
     record('', false, null);
-    if (error instanceof BodyTooLargeError) sendJson(ex, 413, invalidRequestError(error.message));
+    if (error instanceof BodyTooLargeError) sendJson(ex, 413, dialect.invalidRequest(error.message));
     else ex.drop();
     return;
   }
@@ -99,7 +137,7 @@ export async function handleApiRequest(
   } catch (error) {
     if (!(error instanceof FaultSyntaxError)) throw error;
     record('', false, null);
-    sendJson(ex, 400, invalidRequestError(error.message));
+    sendJson(ex, 400, dialect.invalidRequest(error.message));
     return;
   }
   if ('error' in call) {
@@ -107,9 +145,9 @@ export async function handleApiRequest(
     sendJson(ex, call.status, call.error);
     return;
   }
-  if (key === null) {
+  if (typeof auth !== 'string') {
     record(call.model, call.stream, null);
-    sendJson(ex, 401, MISSING_API_KEY_ERROR);
+    sendJson(ex, auth.status, auth.body);
     return;
   }
 
@@ -123,11 +161,11 @@ export async function handleApiRequest(
 
   switch (plan.error) {
     case 'overloaded':
-      return sendJson(ex, 429, OVERLOADED_ERROR);
+      return sendJson(ex, dialect.overloaded.status, dialect.overloaded.body);
     case 'server_error':
-      return sendJson(ex, 500, SERVER_ERROR);
+      return sendJson(ex, dialect.serverError.status, dialect.serverError.body);
     case 'unauthorized':
-      return sendJson(ex, 401, INVALID_API_KEY_ERROR);
+      return sendJson(ex, dialect.unauthorized.status, dialect.unauthorized.body);
     case 'drop_before':
       return ex.drop();
     default:

@@ -8,7 +8,7 @@ export interface SimCall {
   path: string;
   /** Requested model, or `''` when the body had none (e.g. invalid JSON). */
   model: string;
-  /** Bearer key sent by the client; null when missing. */
+  /** API key sent by the client (bearer, or `x-api-key` on the Messages API); null when missing. */
   key: string | null;
   stream: boolean;
   /** The injected error behaviour, or null for a normal response. */

@@ -1,6 +1,6 @@
 /**
  * Server-sent events in OpenAI's streaming format: `data: <json>\n\n` events ending with
- * `data: [DONE]\n\n`.
+ * `data: [DONE]\n\n`; {@link sendFramedEvents} paces other framings (Anthropic's named events).
  */
 import type { Exchange } from '#sim/http.ts';
 
@@ -30,26 +30,40 @@ export interface StreamPacing {
  * Streams `payloads` (serialised JSON objects) as SSE data events followed by `[DONE]`, honouring the
  * pacing. Resolves once everything is written, or as soon as the client goes away.
  */
-export async function sendEventStream(
+export function sendEventStream(
   ex: Exchange,
   payloads: readonly string[],
   pacing: StreamPacing,
 ): Promise<void> {
+  return sendFramedEvents(ex, payloads, pacing, sseEvent, SSE_DONE);
+}
+
+/**
+ * Streams events, each turned into its wire text by `frame`, then `done` (`''` for a protocol whose last
+ * event is an ordinary one, like Anthropic's `message_stop`). `dropAfterChunks` counts events.
+ */
+export async function sendFramedEvents(
+  ex: Exchange,
+  events: readonly string[],
+  pacing: StreamPacing,
+  frame: (event: string) => string,
+  done: string,
+): Promise<void> {
   const { res } = ex;
   res.writeHead(200, SSE_HEADERS);
   const dropping = pacing.dropAfterChunks !== null;
-  const count = dropping ? Math.min(pacing.dropAfterChunks ?? 0, payloads.length) : payloads.length;
+  const count = dropping ? Math.min(pacing.dropAfterChunks ?? 0, events.length) : events.length;
 
   if (pacing.chunkDelayMs <= 0) {
     // Hot path for benchmarks: one write, no timers, so the simulator is never the bottleneck.
     let body = '';
-    for (let i = 0; i < count; i++) body += sseEvent(payloads[i] as string);
+    for (let i = 0; i < count; i++) body += frame(events[i] as string);
     if (dropping) {
       if (body !== '') res.write(body);
       else res.flushHeaders();
       ex.drop();
     } else {
-      res.end(body + SSE_DONE);
+      res.end(body + done);
     }
     return;
   }
@@ -57,12 +71,12 @@ export async function sendEventStream(
   if (count === 0) res.flushHeaders();
   for (let i = 0; i < count; i++) {
     if (i > 0 && !(await ex.sleep(pacing.chunkDelayMs))) return;
-    res.write(sseEvent(payloads[i] as string));
+    res.write(frame(events[i] as string));
   }
   if (dropping) {
     ex.drop();
     return;
   }
-  if (count > 0 && !(await ex.sleep(pacing.chunkDelayMs))) return;
-  res.end(SSE_DONE);
+  if (done !== '' && count > 0 && !(await ex.sleep(pacing.chunkDelayMs))) return;
+  res.end(done);
 }

@@ -109,7 +109,11 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
   );
 };
 
-const readErrorBody = async (response: UpstreamResponse): Promise<UpstreamErrorBody | null> => {
+/**
+ * Reads (a bounded amount of) an error body shaped `{"error":{"message",…}}` — OpenAI's, and Anthropic's
+ * `{"type":"error","error":{"type","message"}}` alike. Null when it is not one.
+ */
+export const readErrorBody = async (response: UpstreamResponse): Promise<UpstreamErrorBody | null> => {
   let text = '';
   try {
     for await (const chunk of response.body) {

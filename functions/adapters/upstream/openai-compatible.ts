@@ -9,7 +9,7 @@ import type {
 import { parseOpenAiUsage } from '#core/usage.ts';
 import { statusFailure, transportFailure } from './http.ts';
 import { FirstByteTimeout, type OpenAiHttp } from './openai-http.ts';
-import { sseData } from './sse.ts';
+import { sseData, UpstreamEvents } from './sse.ts';
 
 /**
  * Adapter for OpenAI-compatible chat completions (OpenAI, Groq, Together, Fireworks, DeepInfra, Mistral,
@@ -67,8 +67,10 @@ export class OpenAiCompatibleChat implements ChatProvider {
       }
       if (isErrorEvent(first.value))
         throw new UpstreamFailure('server_error', 'upstream stream began with an error');
-      return new RelayedStream(first.value, events, abort, call, () =>
-        call.signal?.removeEventListener('abort', onCallerAbort),
+      return new RelayedStream(
+        first.value,
+        new UpstreamEvents(events, abort, () => call.signal?.removeEventListener('abort', onCallerAbort)),
+        call,
       );
     } catch (error) {
       call.signal?.removeEventListener('abort', onCallerAbort);
@@ -98,25 +100,14 @@ const isErrorEvent = (data: string): boolean => data.startsWith('{"error"');
 /** Iterates the upstream events after the first, relabelled; ends at `[DONE]`, throws on anything else. */
 class RelayedStream implements ChatStream {
   readonly #first: string;
-  readonly #rest: AsyncGenerator<string, void, undefined>;
-  readonly #abort: AbortController;
-  readonly #onEnd: () => void;
+  readonly #upstream: UpstreamEvents;
   readonly #modelNeedle: string;
   readonly #modelLabel: string;
   readonly #stripNullUsage: boolean;
-  #finished = false;
 
-  constructor(
-    first: string,
-    rest: AsyncGenerator<string, void, undefined>,
-    abort: AbortController,
-    call: UpstreamCall,
-    onEnd: () => void,
-  ) {
+  constructor(first: string, upstream: UpstreamEvents, call: UpstreamCall) {
     this.#first = first;
-    this.#rest = rest;
-    this.#abort = abort;
-    this.#onEnd = onEnd;
+    this.#upstream = upstream;
     this.#modelNeedle = `"model":${JSON.stringify(call.deployment.upstreamModel)}`;
     this.#modelLabel = `"model":${JSON.stringify(call.publicModel)}`;
     // We forced include_usage upstream; a client that did not ask should not see `"usage":null` either.
@@ -127,54 +118,19 @@ class RelayedStream implements ChatStream {
     try {
       yield this.#event(this.#first);
       for (;;) {
-        let next: IteratorResult<string, void>;
-        try {
-          next = await this.#rest.next();
-        } catch (error) {
-          throw transportFailure(error);
-        }
-        if (next.done) throw new UpstreamFailure('dropped', 'upstream stream ended without [DONE]');
-        if (next.value === '[DONE]') {
-          this.#finished = true;
-          this.#drain();
-          return;
-        }
-        if (isErrorEvent(next.value))
+        const data = await this.#upstream.next('upstream stream ended without [DONE]');
+        if (data === '[DONE]') return this.#upstream.finish();
+        if (isErrorEvent(data))
           throw new UpstreamFailure('server_error', 'upstream sent an error mid-stream');
-        yield this.#event(next.value);
+        yield this.#event(data);
       }
     } finally {
       this.close();
     }
   }
 
-  /** Abandons the upstream response (client gone, or a failure): the connection is destroyed. */
   close(): void {
-    if (this.#finished) return;
-    this.#finished = true;
-    this.#onEnd();
-    this.#abort.abort();
-    this.#rest.return(undefined).catch(() => {});
-  }
-
-  /**
-   * After `[DONE]` the response normally ends at once; reading it to its end off the client's path lets
-   * undici put the connection back in the pool instead of closing it.
-   */
-  #drain(): void {
-    const rest = this.#rest;
-    const onEnd = this.#onEnd;
-    (async () => {
-      try {
-        while (!(await rest.next()).done) {
-          // Anything after [DONE] is ignored.
-        }
-      } catch {
-        // The response is already complete for the client; a late socket error changes nothing.
-      } finally {
-        onEnd();
-      }
-    })();
+    this.#upstream.close();
   }
 
   #event(raw: string): ChatStreamEvent {

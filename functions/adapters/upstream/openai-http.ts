@@ -15,25 +15,43 @@ export interface OpenAiPost {
 }
 
 /**
+ * The headers that present a deployment's key (null: the deployment has none) and anything else every
+ * request of a provider protocol carries. Built per request, so it must be cheap.
+ */
+export type AuthHeaders = (key: string | null) => Readonly<Record<string, string>>;
+
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+
+/** OpenAI's scheme, the default: `Authorization: Bearer <key>`. */
+export const bearerAuth: AuthHeaders = (key) =>
+  key === null ? NO_HEADERS : { authorization: `Bearer ${key}` };
+
+/**
  * The request side shared by every OpenAI-compatible endpoint: the deployment's URL for a path, its key for
  * the attempt (core chose the index), and the timeouts. Endpoint adapters add only their body and parsing.
+ * Other protocols with the same shape (Anthropic's Messages API) reuse it with their own `auth` headers.
  */
 export class OpenAiHttp {
   readonly #http: UpstreamHttp;
   readonly #keys: KeyRing;
+  readonly #auth: AuthHeaders;
   readonly config: UpstreamConfig;
   readonly #urls = new Map<string, URL>();
 
-  constructor(http: UpstreamHttp, keys: KeyRing, config: UpstreamConfig) {
+  constructor(http: UpstreamHttp, keys: KeyRing, config: UpstreamConfig, auth: AuthHeaders = bearerAuth) {
     this.#http = http;
     this.#keys = keys;
+    this.#auth = auth;
     this.config = config;
   }
 
   async post(target: UpstreamTarget, request: OpenAiPost): Promise<UpstreamResponse> {
     const key = await this.#keys.key(target.deployment, target.keyIndex);
-    const headers: Record<string, string> = { 'content-type': request.contentType, accept: request.accept };
-    if (key !== null) headers.authorization = `Bearer ${key}`;
+    const headers: Record<string, string> = {
+      'content-type': request.contentType,
+      accept: request.accept,
+      ...this.#auth(key),
+    };
     return this.#http.post({
       url: this.#url(target.deployment, request.path),
       headers,

@@ -1,3 +1,6 @@
+import { UpstreamFailure } from '#core/fallback.ts';
+import { transportFailure } from './http.ts';
+
 /**
  * Server-sent events reader: yields the `data` payload of each event from a byte stream, as soon as
  * the blank line that ends it has arrived. Comments (`: keep-alive`) and data-less events are skipped.
@@ -35,3 +38,62 @@ const eventData = (event: string): string | null => {
   }
   return data;
 };
+
+/**
+ * The upstream side of a relayed event stream, once its first event has committed the deployment: reads the
+ * next event (a cut-off is a `dropped` failure), and ends in one of two ways — `finish()` after the protocol's
+ * last event reads the response to its end off the client's path, so undici can reuse the connection;
+ * `close()` (client gone, or a failure) destroys it. `onEnd` runs once either way.
+ */
+export class UpstreamEvents {
+  readonly #events: AsyncGenerator<string, void, undefined>;
+  readonly #abort: AbortController;
+  readonly #onEnd: () => void;
+  #ended = false;
+
+  constructor(events: AsyncGenerator<string, void, undefined>, abort: AbortController, onEnd: () => void) {
+    this.#events = events;
+    this.#abort = abort;
+    this.#onEnd = onEnd;
+  }
+
+  /** The next event's data; throws `UpstreamFailure` when the response breaks or ends first. */
+  async next(cutOff: string): Promise<string> {
+    let next: IteratorResult<string, void>;
+    try {
+      next = await this.#events.next();
+    } catch (error) {
+      throw transportFailure(error);
+    }
+    if (next.done) throw new UpstreamFailure('dropped', cutOff);
+    return next.value;
+  }
+
+  /** The protocol's last event has arrived: drain whatever follows in the background. */
+  finish(): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    const events = this.#events;
+    const onEnd = this.#onEnd;
+    (async () => {
+      try {
+        while (!(await events.next()).done) {
+          // Nothing after the last event matters.
+        }
+      } catch {
+        // The response is already complete for the client; a late socket error changes nothing.
+      } finally {
+        onEnd();
+      }
+    })();
+  }
+
+  /** Abandons the response: the connection is destroyed. Safe after `finish()`. */
+  close(): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#onEnd();
+    this.#abort.abort();
+    this.#events.return(undefined).catch(() => {});
+  }
+}

@@ -1,0 +1,143 @@
+import { UpstreamFailure } from '#core/fallback.ts';
+import type {
+  ChatCompletionResult,
+  ChatProvider,
+  ChatStream,
+  ChatStreamEvent,
+  UpstreamCall,
+} from '#core/upstream.ts';
+import {
+  ANTHROPIC_VERSION,
+  anthropicStatusFailure,
+  fromMessagesResponse,
+  MessagesStreamTranslator,
+  toMessagesRequest,
+} from './anthropic-translate.ts';
+import { readErrorBody, transportFailure, type UpstreamResponse } from './http.ts';
+import { type AuthHeaders, FirstByteTimeout, type OpenAiHttp, readJsonObject } from './openai-http.ts';
+import { sseData, UpstreamEvents } from './sse.ts';
+
+/** Anthropic's scheme: `x-api-key`, and the API version on every request (even keyless ones, via a proxy). */
+const VERSION_ONLY: Readonly<Record<string, string>> = Object.freeze({
+  'anthropic-version': ANTHROPIC_VERSION,
+});
+
+/** Anthropic's scheme: `x-api-key`, and the API version on every request (even keyless ones, via a proxy). */
+export const anthropicAuth: AuthHeaders = (key) =>
+  key === null ? VERSION_ONLY : { 'x-api-key': key, 'anthropic-version': ANTHROPIC_VERSION };
+
+/** A whole Messages reply is text plus tool calls; anything this large is not one. */
+const MAX_REPLY_BYTES = 64 * 1024 * 1024;
+
+const nowSeconds = (): number => Math.floor(Date.now() / 1000);
+
+/**
+ * Adapter for Anthropic's Messages API (`POST <baseUrl>/messages`, base URL ending in `/v1`). Requests,
+ * replies and stream events are translated by anthropic-translate.ts; the request side (keys, timeouts,
+ * pooled connections) is the shared `OpenAiHttp`, built with `anthropicAuth` headers.
+ * Failures before the first event are `UpstreamFailure`s exactly as for openai-compatible deployments, so
+ * fallback, key cycling and health treat both alike.
+ */
+export class AnthropicChat implements ChatProvider {
+  readonly #http: OpenAiHttp;
+
+  constructor(http: OpenAiHttp) {
+    this.#http = http;
+  }
+
+  async complete(call: UpstreamCall): Promise<ChatCompletionResult> {
+    const body = toMessagesRequest(call.body);
+    const response = await this.#post(call, body, this.#http.completionTimeoutMs(call.deployment));
+    if (response.statusCode !== 200) throw await statusFailure(response);
+    const message = await readJsonObject(response, MAX_REPLY_BYTES);
+    return fromMessagesResponse(message, { publicModel: call.publicModel, created: nowSeconds() });
+  }
+
+  async stream(call: UpstreamCall): Promise<ChatStream> {
+    const body = toMessagesRequest(call.body);
+    const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
+    const abort = new AbortController();
+    const onCallerAbort = () => abort.abort();
+    call.signal?.addEventListener('abort', onCallerAbort, { once: true });
+    // One deadline covers both the headers and the first event: together they are "the first byte".
+    const deadline = setTimeout(() => abort.abort(new FirstByteTimeout()), firstByteMs);
+    try {
+      const response = await this.#post({ ...call, signal: abort.signal }, body, firstByteMs);
+      if (response.statusCode !== 200) throw await statusFailure(response);
+      const translator = new MessagesStreamTranslator({
+        publicModel: call.publicModel,
+        created: nowSeconds(),
+        clientWantsUsage: call.clientWantsUsage,
+      });
+      const events = sseData(response.body);
+      // Upstream events that yield no chunk (a leading ping) do not commit the deployment; an `error`
+      // event here (Anthropic reports overloads in-stream too) is thrown and falls back like a status.
+      let first: ChatStreamEvent[] = [];
+      while (first.length === 0) {
+        const next = await events.next();
+        if (next.done || translator.finished) {
+          throw new UpstreamFailure('dropped', 'upstream stream ended before its first event');
+        }
+        first = translator.translate(next.value);
+      }
+      return new TranslatedStream(
+        first,
+        new UpstreamEvents(events, abort, () => call.signal?.removeEventListener('abort', onCallerAbort)),
+        translator,
+      );
+    } catch (error) {
+      call.signal?.removeEventListener('abort', onCallerAbort);
+      if (abort.signal.reason instanceof FirstByteTimeout) {
+        throw new UpstreamFailure('timeout', `no first event within ${firstByteMs} ms`, { cause: error });
+      }
+      abort.abort();
+      throw transportFailure(error);
+    } finally {
+      clearTimeout(deadline);
+    }
+  }
+
+  #post(call: UpstreamCall, body: Record<string, unknown>, headersTimeoutMs: number) {
+    return this.#http.post(call, {
+      path: '/messages',
+      body: JSON.stringify(body),
+      contentType: 'application/json',
+      accept: body.stream === true ? 'text/event-stream' : 'application/json',
+      headersTimeoutMs,
+    });
+  }
+}
+
+const statusFailure = async (response: UpstreamResponse): Promise<UpstreamFailure> =>
+  anthropicStatusFailure(response.statusCode, await readErrorBody(response));
+
+/** Iterates the translated events; ends after `message_stop`, throws on an `error` event or a cut-off. */
+class TranslatedStream implements ChatStream {
+  readonly #first: ChatStreamEvent[];
+  readonly #upstream: UpstreamEvents;
+  readonly #translator: MessagesStreamTranslator;
+
+  constructor(first: ChatStreamEvent[], upstream: UpstreamEvents, translator: MessagesStreamTranslator) {
+    this.#first = first;
+    this.#upstream = upstream;
+    this.#translator = translator;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent, void, undefined> {
+    try {
+      yield* this.#first;
+      while (!this.#translator.finished) {
+        yield* this.#translator.translate(
+          await this.#upstream.next('upstream stream ended without message_stop'),
+        );
+      }
+      this.#upstream.finish();
+    } finally {
+      this.close();
+    }
+  }
+
+  close(): void {
+    this.#upstream.close();
+  }
+}

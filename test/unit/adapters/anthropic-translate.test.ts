@@ -1,0 +1,623 @@
+import { describe, expect, it } from 'vitest';
+import {
+  anthropicFailureKind,
+  anthropicStatusFailure,
+  anthropicUsage,
+  finishReason,
+  fromMessagesResponse,
+  MessagesStreamTranslator,
+  toMessagesRequest,
+} from '#adapters/upstream/anthropic-translate.ts';
+import { DEFAULT_MAX_TOKENS } from '#core/chat.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
+import type { ChatStreamEvent } from '#core/upstream.ts';
+
+type Json = Record<string, unknown>;
+
+/** A chat-completions upstream body as core/chat.ts `upstreamChatBody` builds it. */
+const chatBody = (extra: Json = {}): Json => ({
+  model: 'claude-upstream',
+  messages: [{ role: 'user', content: 'hello' }],
+  max_tokens: 256,
+  temperature: 0.7,
+  ...extra,
+});
+
+const rejectedWith = (fn: () => unknown): UpstreamFailure => {
+  try {
+    fn();
+  } catch (error) {
+    if (error instanceof UpstreamFailure) return error;
+    throw error;
+  }
+  throw new Error('expected an UpstreamFailure');
+};
+
+describe('toMessagesRequest', () => {
+  it('maps the basic fields: model, max_tokens, messages, temperature, top_p, stop, stream', () => {
+    expect(toMessagesRequest(chatBody({ top_p: 0.9, stop: 'END', stream: true }))).toEqual({
+      model: 'claude-upstream',
+      max_tokens: 256,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hello' }] }],
+      temperature: 0.7,
+      top_p: 0.9,
+      stop_sequences: ['END'],
+      stream: true,
+    });
+    expect(toMessagesRequest(chatBody({ stop: ['a', 'b'] })).stop_sequences).toEqual(['a', 'b']);
+  });
+
+  it('clamps temperature to Anthropic’s 0–1 instead of scaling it', () => {
+    expect(toMessagesRequest(chatBody({ temperature: 1.6 })).temperature).toBe(1);
+    expect(toMessagesRequest(chatBody({ temperature: 0.3 })).temperature).toBe(0.3);
+    expect(toMessagesRequest(chatBody({ temperature: 0 })).temperature).toBe(0);
+  });
+
+  it('takes max_tokens, else max_completion_tokens, else the gateway default (Anthropic requires one)', () => {
+    expect(toMessagesRequest(chatBody({ max_tokens: undefined, max_completion_tokens: 99 })).max_tokens).toBe(
+      99,
+    );
+    expect(toMessagesRequest(chatBody({ max_tokens: undefined })).max_tokens).toBe(DEFAULT_MAX_TOKENS);
+  });
+
+  it('drops what Messages has no equivalent for', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        seed: 7,
+        presence_penalty: 0.5,
+        frequency_penalty: 0.5,
+        n: 1,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    );
+    expect(Object.keys(out).sort()).toEqual(['max_tokens', 'messages', 'model', 'stream', 'temperature']);
+  });
+
+  it('hoists every system message into the top-level system, joined by a blank line', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'hi' },
+          {
+            role: 'system',
+            content: [
+              { type: 'text', text: 'Use French.' },
+              { type: 'text', text: 'No emoji.' },
+            ],
+          },
+          { role: 'user', content: 'again' },
+        ],
+      }),
+    );
+    expect(out.system).toBe('Be brief.\n\nUse French.\nNo emoji.');
+    // With the system messages gone, the two user turns are adjacent and merge into one.
+    expect(out.messages).toEqual([
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'hi' },
+          { type: 'text', text: 'again' },
+        ],
+      },
+    ]);
+  });
+
+  it('turns image_url parts into image blocks: data URLs as base64, http URLs as url sources', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'What is this?' },
+              { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'low' } },
+              { type: 'image_url', image_url: { url: 'https://example.com/cat.jpg' } },
+            ],
+          },
+        ],
+      }),
+    );
+    expect(out.messages).toEqual([
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'What is this?' },
+          { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } },
+          { type: 'image', source: { type: 'url', url: 'https://example.com/cat.jpg' } },
+        ],
+      },
+    ]);
+  });
+
+  it('refuses an image URL that is neither http(s) nor a base64 data URL, naming the part', () => {
+    const failure = rejectedWith(() =>
+      toMessagesRequest(
+        chatBody({
+          messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'ftp://x/y.png' } }] }],
+        }),
+      ),
+    );
+    expect(failure.kind).toBe('rejected');
+    expect(failure.upstreamError?.param).toBe('messages[0].content[0]');
+  });
+
+  it('maps tools and every tool_choice form', () => {
+    const tools = [
+      {
+        type: 'function',
+        function: {
+          name: 'get_weather',
+          description: 'Weather for a city',
+          parameters: { type: 'object', properties: { city: { type: 'string' } } },
+        },
+      },
+      { type: 'function', function: { name: 'ping' } },
+    ];
+    const out = toMessagesRequest(chatBody({ tools, tool_choice: 'auto' }));
+    expect(out.tools).toEqual([
+      {
+        name: 'get_weather',
+        description: 'Weather for a city',
+        input_schema: { type: 'object', properties: { city: { type: 'string' } } },
+      },
+      { name: 'ping', input_schema: { type: 'object', properties: {} } },
+    ]);
+    expect(out.tool_choice).toEqual({ type: 'auto' });
+    expect(toMessagesRequest(chatBody({ tools, tool_choice: 'required' })).tool_choice).toEqual({
+      type: 'any',
+    });
+    expect(toMessagesRequest(chatBody({ tools, tool_choice: 'none' })).tool_choice).toEqual({ type: 'none' });
+    expect(
+      toMessagesRequest(chatBody({ tools, tool_choice: { type: 'function', function: { name: 'ping' } } }))
+        .tool_choice,
+    ).toEqual({ type: 'tool', name: 'ping' });
+    expect(toMessagesRequest(chatBody({ tools })).tool_choice).toBeUndefined();
+  });
+
+  it('replays assistant tool calls as tool_use blocks and tool messages as one user turn of tool_results', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'user', content: 'Weather in Paris and Rome?' },
+          {
+            role: 'assistant',
+            content: 'Checking.',
+            tool_calls: [
+              {
+                id: 'call_1',
+                type: 'function',
+                function: { name: 'get_weather', arguments: '{"city":"Paris"}' },
+              },
+              { id: 'call_2', type: 'function', function: { name: 'get_weather', arguments: '' } },
+            ],
+          },
+          { role: 'tool', tool_call_id: 'call_1', content: '18°C' },
+          { role: 'tool', tool_call_id: 'call_2', content: [{ type: 'text', text: '21°C' }] },
+          { role: 'user', content: 'Thanks' },
+        ],
+      }),
+    );
+    expect(out.messages).toEqual([
+      { role: 'user', content: [{ type: 'text', text: 'Weather in Paris and Rome?' }] },
+      {
+        role: 'assistant',
+        content: [
+          { type: 'text', text: 'Checking.' },
+          { type: 'tool_use', id: 'call_1', name: 'get_weather', input: { city: 'Paris' } },
+          { type: 'tool_use', id: 'call_2', name: 'get_weather', input: {} },
+        ],
+      },
+      {
+        role: 'user',
+        content: [
+          { type: 'tool_result', tool_use_id: 'call_1', content: '18°C' },
+          { type: 'tool_result', tool_use_id: 'call_2', content: [{ type: 'text', text: '21°C' }] },
+          { type: 'text', text: 'Thanks' },
+        ],
+      },
+    ]);
+  });
+
+  it('leaves out empty text (Messages refuses empty text blocks)', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'user', content: 'go' },
+          {
+            role: 'assistant',
+            content: '',
+            tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }],
+          },
+        ],
+      }),
+    );
+    expect((out.messages as Json[])[1]).toEqual({
+      role: 'assistant',
+      content: [{ type: 'tool_use', id: 'c', name: 'f', input: {} }],
+    });
+  });
+
+  it('refuses tool call arguments that are not a JSON object', () => {
+    const failure = rejectedWith(() =>
+      toMessagesRequest(
+        chatBody({
+          messages: [
+            {
+              role: 'assistant',
+              content: null,
+              tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '[1,2' } }],
+            },
+          ],
+        }),
+      ),
+    );
+    expect(failure).toMatchObject({ kind: 'rejected' });
+    expect(failure.upstreamError?.param).toBe('messages[0].tool_calls[0].function.arguments');
+  });
+
+  it('refuses n > 1 as rejected (a 400 naming n), since Messages returns one reply', () => {
+    const failure = rejectedWith(() => toMessagesRequest(chatBody({ n: 2 })));
+    expect(failure.kind).toBe('rejected');
+    expect(failure.upstreamError).toMatchObject({ param: 'n', code: 'unsupported_parameter' });
+  });
+
+  it('turns JSON mode into a system instruction', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'hi' },
+        ],
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } },
+      }),
+    );
+    expect(out.system).toMatch(
+      /^Be brief\.\n\nRespond with a single valid JSON object.*\{"type":"object"\}$/,
+    );
+    expect(toMessagesRequest(chatBody({ response_format: { type: 'json_object' } })).system).toMatch(/JSON/);
+    expect(toMessagesRequest(chatBody({ response_format: { type: 'text' } })).system).toBeUndefined();
+  });
+
+  it('passes a deployment’s thinking parameter through, without the sampling knobs Anthropic then refuses', () => {
+    const thinking = { type: 'enabled', budget_tokens: 1024 };
+    const out = toMessagesRequest(chatBody({ thinking, top_p: 0.5, reasoning_effort: 'medium' }));
+    expect(out.thinking).toEqual(thinking);
+    expect(out).not.toHaveProperty('temperature');
+    expect(out).not.toHaveProperty('top_p');
+    expect(out).not.toHaveProperty('reasoning_effort');
+  });
+});
+
+const relabel = { publicModel: 'famC-k3', created: 1_700_000_000 };
+
+const message = (extra: Json = {}): Json => ({
+  id: 'msg_01',
+  type: 'message',
+  role: 'assistant',
+  model: 'claude-upstream',
+  content: [{ type: 'text', text: 'Hello there' }],
+  stop_reason: 'end_turn',
+  stop_sequence: null,
+  usage: { input_tokens: 12, output_tokens: 3, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
+  ...extra,
+});
+
+describe('fromMessagesResponse', () => {
+  it('builds a chat.completion relabelled with the public model', () => {
+    expect(fromMessagesResponse(message(), relabel)).toEqual({
+      body: {
+        id: 'msg_01',
+        object: 'chat.completion',
+        created: 1_700_000_000,
+        model: 'famC-k3',
+        choices: [
+          {
+            index: 0,
+            message: { role: 'assistant', content: 'Hello there', refusal: null },
+            logprobs: null,
+            finish_reason: 'stop',
+          },
+        ],
+        usage: {
+          prompt_tokens: 12,
+          completion_tokens: 3,
+          total_tokens: 15,
+          prompt_tokens_details: { cached_tokens: 0 },
+        },
+      },
+      usage: {
+        promptTokens: 12,
+        completionTokens: 3,
+        cachedPromptTokens: 0,
+        reasoningTokens: 0,
+        source: 'upstream',
+      },
+    });
+  });
+
+  it('turns tool_use blocks into tool_calls with JSON arguments, and skips thinking blocks', () => {
+    const { body } = fromMessagesResponse(
+      message({
+        content: [
+          { type: 'thinking', thinking: 'hmm', signature: 's' },
+          { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } },
+        ],
+        stop_reason: 'tool_use',
+      }),
+      relabel,
+    );
+    expect((body.choices as Json[])[0]).toEqual({
+      index: 0,
+      message: {
+        role: 'assistant',
+        content: null,
+        refusal: null,
+        tool_calls: [
+          {
+            id: 'toolu_1',
+            type: 'function',
+            function: { name: 'get_weather', arguments: '{"city":"Paris"}' },
+          },
+        ],
+      },
+      logprobs: null,
+      finish_reason: 'tool_calls',
+    });
+  });
+
+  it('counts cache reads and writes as prompt tokens, with the reads as cached_tokens', () => {
+    const { body, usage } = fromMessagesResponse(
+      message({
+        usage: {
+          input_tokens: 100,
+          cache_read_input_tokens: 1024,
+          cache_creation_input_tokens: 256,
+          output_tokens: 20,
+        },
+      }),
+      relabel,
+    );
+    expect(body.usage).toEqual({
+      prompt_tokens: 1380,
+      completion_tokens: 20,
+      total_tokens: 1400,
+      prompt_tokens_details: { cached_tokens: 1024 },
+    });
+    expect(usage).toMatchObject({ promptTokens: 1380, completionTokens: 20, cachedPromptTokens: 1024 });
+  });
+
+  it('reports no usage when the upstream sent none, so core estimates', () => {
+    const { body, usage } = fromMessagesResponse(message({ usage: undefined }), relabel);
+    expect(usage).toBeNull();
+    expect(body).not.toHaveProperty('usage');
+    expect(anthropicUsage({ output_tokens: 3 })).toBeNull();
+  });
+
+  it('fails as a protocol fault on anything that is not a Messages response', () => {
+    expect(rejectedWith(() => fromMessagesResponse({ choices: [] }, relabel)).kind).toBe('protocol');
+  });
+});
+
+describe('finishReason', () => {
+  it.each([
+    ['end_turn', 'stop'],
+    ['stop_sequence', 'stop'],
+    ['pause_turn', 'stop'],
+    ['max_tokens', 'length'],
+    ['model_context_window_exceeded', 'length'],
+    ['tool_use', 'tool_calls'],
+    ['refusal', 'content_filter'],
+    [null, 'stop'],
+  ])('maps %s to %s', (stop, finish) => {
+    expect(finishReason(stop)).toBe(finish);
+  });
+});
+
+describe('anthropicFailureKind', () => {
+  it.each([
+    [529, 'overloaded_error', 'overloaded'],
+    [429, 'rate_limit_error', 'overloaded'],
+    [500, 'api_error', 'server_error'],
+    [503, null, 'server_error'],
+    [404, 'not_found_error', 'server_error'],
+    [401, 'authentication_error', 'auth'],
+    [403, 'permission_error', 'auth'],
+    [402, 'billing_error', 'auth'],
+    [400, 'invalid_request_error', 'rejected'],
+    [413, 'request_too_large', 'rejected'],
+  ] as const)('reads %i %s as %s', (status, type, kind) => {
+    expect(anthropicFailureKind(status, type)).toBe(kind);
+  });
+
+  it('keeps the upstream’s message for the client on a rejection', () => {
+    const failure = anthropicStatusFailure(400, {
+      message: 'messages: roles must alternate',
+      type: 'invalid_request_error',
+      code: null,
+      param: null,
+    });
+    expect(failure).toMatchObject({ kind: 'rejected', status: 400 });
+    expect(failure.upstreamError?.message).toBe('messages: roles must alternate');
+  });
+});
+
+/** Feeds upstream events through a translator; returns the chat events and the parsed chunks. */
+const translate = (events: Json[], clientWantsUsage = false) => {
+  const translator = new MessagesStreamTranslator({ ...relabel, clientWantsUsage });
+  const out: ChatStreamEvent[] = [];
+  for (const event of events) out.push(...translator.translate(JSON.stringify(event)));
+  return { out, chunks: out.map((e) => JSON.parse(e.data) as Json), finished: translator.finished };
+};
+
+const start = (usage: Json = { input_tokens: 25, output_tokens: 1 }): Json => ({
+  type: 'message_start',
+  message: { id: 'msg_s', type: 'message', role: 'assistant', model: 'claude-upstream', content: [], usage },
+});
+
+const textStream: Json[] = [
+  start({ input_tokens: 25, cache_read_input_tokens: 0, cache_creation_input_tokens: 0, output_tokens: 1 }),
+  { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+  { type: 'ping' },
+  { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hello' } },
+  { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: ' world' } },
+  { type: 'content_block_stop', index: 0 },
+  {
+    type: 'message_delta',
+    delta: { stop_reason: 'end_turn', stop_sequence: null },
+    usage: { output_tokens: 2 },
+  },
+  { type: 'message_stop' },
+];
+
+describe('MessagesStreamTranslator', () => {
+  it('turns a text stream into role, content, finish and usage-only chunks', () => {
+    const { out, chunks, finished } = translate(textStream);
+    expect(finished).toBe(true);
+    const envelope = {
+      id: 'msg_s',
+      object: 'chat.completion.chunk',
+      created: 1_700_000_000,
+      model: 'famC-k3',
+    };
+    expect(chunks).toEqual([
+      {
+        ...envelope,
+        choices: [
+          { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
+        ],
+      },
+      {
+        ...envelope,
+        choices: [{ index: 0, delta: { content: 'Hello' }, logprobs: null, finish_reason: null }],
+      },
+      {
+        ...envelope,
+        choices: [{ index: 0, delta: { content: ' world' }, logprobs: null, finish_reason: null }],
+      },
+      { ...envelope, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] },
+      {
+        ...envelope,
+        choices: [],
+        usage: {
+          prompt_tokens: 25,
+          completion_tokens: 2,
+          total_tokens: 27,
+          prompt_tokens_details: { cached_tokens: 0 },
+        },
+      },
+    ]);
+    expect(out.map((e) => e.contentChunks)).toEqual([0, 1, 1, 0, 0]);
+    expect(out.map((e) => e.usageOnly)).toEqual([false, false, false, false, true]);
+    expect(out.at(-1)?.usage).toEqual({
+      promptTokens: 25,
+      completionTokens: 2,
+      cachedPromptTokens: 0,
+      reasoningTokens: 0,
+      source: 'upstream',
+    });
+  });
+
+  it('adds "usage":null to every other chunk when the client asked for usage, as OpenAI does', () => {
+    const { chunks } = translate(textStream, true);
+    for (const chunk of chunks.slice(0, -1)) expect(chunk).toHaveProperty('usage', null);
+    expect(chunks.at(-1)?.usage).toMatchObject({ prompt_tokens: 25 });
+  });
+
+  it('merges message_start’s input side with message_delta’s cumulative counts, cache tokens included', () => {
+    const { out } = translate([
+      start({
+        input_tokens: 10,
+        cache_read_input_tokens: 2048,
+        cache_creation_input_tokens: 0,
+        output_tokens: 1,
+      }),
+      { type: 'message_delta', delta: { stop_reason: 'max_tokens' }, usage: { output_tokens: 40 } },
+      { type: 'message_stop' },
+    ]);
+    expect(JSON.parse(out[1]?.data ?? '{}').choices[0].finish_reason).toBe('length');
+    expect(out.at(-1)?.usage).toMatchObject({
+      promptTokens: 2058,
+      completionTokens: 40,
+      cachedPromptTokens: 2048,
+    });
+  });
+
+  it('streams tool_use blocks as tool-call deltas indexed by tool call, not by content block', () => {
+    const { chunks } = translate([
+      start(),
+      { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'Let me check.' } },
+      { type: 'content_block_stop', index: 0 },
+      {
+        type: 'content_block_start',
+        index: 1,
+        content_block: { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: {} },
+      },
+      { type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '' } },
+      {
+        type: 'content_block_delta',
+        index: 1,
+        delta: { type: 'input_json_delta', partial_json: '{"city":' },
+      },
+      {
+        type: 'content_block_delta',
+        index: 1,
+        delta: { type: 'input_json_delta', partial_json: '"Paris"}' },
+      },
+      { type: 'content_block_stop', index: 1 },
+      { type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 9 } },
+      { type: 'message_stop' },
+    ]);
+    const deltas = chunks.map((c) => (c.choices as { delta: unknown }[])[0]?.delta);
+    expect(deltas.slice(1, 5)).toEqual([
+      { content: 'Let me check.' },
+      {
+        tool_calls: [
+          { index: 0, id: 'toolu_1', type: 'function', function: { name: 'get_weather', arguments: '' } },
+        ],
+      },
+      { tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] },
+      { tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] },
+    ]);
+    expect(chunks[5]).toMatchObject({ choices: [{ finish_reason: 'tool_calls' }] });
+  });
+
+  it('yields nothing for ping, block stops and thinking deltas', () => {
+    const { out } = translate([
+      { type: 'ping' },
+      { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } },
+      { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'hmm' } },
+      { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'x' } },
+      { type: 'content_block_stop', index: 0 },
+    ]);
+    expect(out).toEqual([]);
+  });
+
+  it('sends no usage chunk when the upstream reported no usage', () => {
+    const { out, finished } = translate([
+      { type: 'message_start', message: { id: 'msg_s' } },
+      { type: 'message_stop' },
+    ]);
+    expect(finished).toBe(true);
+    expect(out).toHaveLength(1);
+  });
+
+  it.each([
+    ['overloaded_error', 'overloaded'],
+    ['api_error', 'server_error'],
+  ])('throws an error event (%s) as an UpstreamFailure of kind %s', (type, kind) => {
+    const translator = new MessagesStreamTranslator({ ...relabel, clientWantsUsage: false });
+    translator.translate(JSON.stringify(start()));
+    const failure = rejectedWith(() =>
+      translator.translate(JSON.stringify({ type: 'error', error: { type, message: 'Overloaded' } })),
+    );
+    expect(failure.kind).toBe(kind);
+    expect(failure.upstreamError?.message).toBe('Overloaded');
+  });
+
+  it('throws a protocol fault for an event that is not JSON', () => {
+    const translator = new MessagesStreamTranslator({ ...relabel, clientWantsUsage: false });
+    expect(rejectedWith(() => translator.translate('{oops')).kind).toBe('protocol');
+  });
+});
