@@ -4,7 +4,8 @@ import { z } from 'zod';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
 import { describeIssues, modelSchema } from '#adapters/registry-codec.ts';
-import type { Deployment, Model } from '#core/registry.ts';
+import type { Deployment, Model, Rates } from '#core/registry.ts';
+import type { PriceLists } from '#sim/prices.ts';
 import { localClientConfig } from './emulators.ts';
 
 /** The spec's catalog (§2.1): every chat model plus the three utility models. */
@@ -27,8 +28,33 @@ export const SIMULATOR_SECRETS = {
 const REASONING_PARAMS = { reasoning_effort: 'medium' };
 
 /**
+ * What each simulated provider charges us, as a share of the list rate: enough margin that the price floor
+ * leaves list prices as they are until a test (or `PUT /_sim/prices/…`) raises a cost.
+ */
+export const SIMULATED_COST_SHARE = { 'sim-a': 0.7, 'sim-b': 0.75 } as const;
+
+const shareOf = (rates: Rates, share: number): Rates => {
+  const scale = (usd: number) => Math.round(usd * share * 1e6) / 1e6;
+  return {
+    input: scale(rates.input),
+    ...(rates.output === undefined ? {} : { output: scale(rates.output) }),
+    ...(rates.cachedInput === undefined ? {} : { cachedInput: scale(rates.cachedInput) }),
+  };
+};
+
+/** The simulator's price lists matching the seeded deployments' costs (free models are not priced). */
+export const simulatorPrices = (models: readonly Model[]): PriceLists =>
+  Object.fromEntries(
+    Object.entries(SIMULATED_COST_SHARE).map(([provider, share]) => [
+      provider,
+      Object.fromEntries(models.filter((m) => !m.flags.free).map((m) => [m.id, shareOf(m.rates, share)])),
+    ]),
+  );
+
+/**
  * Two simulated providers per model: `sim-a` (priority 1, two keys) and `sim-b` (priority 2, one key), each
- * at its own path of the simulator, so fallback and key cycling work out of the box.
+ * at its own path of the simulator, so fallback and key cycling work out of the box. Their costs are what
+ * the simulator's price lists say (simulatorPrices), as a price sync would have found.
  */
 export const simulatorDeployments = (models: readonly Model[], simulatorUrl: string): Deployment[] =>
   models.flatMap((model) =>
@@ -42,6 +68,7 @@ export const simulatorDeployments = (models: readonly Model[], simulatorUrl: str
       keyRefs: provider === 'sim-a' ? ['env:SIM_A_KEY_1', 'env:SIM_A_KEY_2'] : ['env:SIM_B_KEY_1'],
       priority: i + 1,
       weight: 1,
+      ...(model.flags.free ? {} : { cost: shareOf(model.rates, SIMULATED_COST_SHARE[provider]) }),
       ...(model.flags.reasoning ? { reasoningParams: REASONING_PARAMS } : {}),
       status: 'active' as const,
     })),

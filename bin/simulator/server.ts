@@ -1,6 +1,6 @@
 /**
- * The upstream simulator: an OpenAI-compatible fake model provider with fault injection, for testing
- * and benchmarking an inference gateway over real HTTP.
+ * The upstream simulator: an OpenAI-compatible fake model provider (plus Anthropic's Messages API at
+ * `/v1/messages`) with fault injection, for testing and benchmarking an inference gateway over real HTTP.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -12,6 +12,8 @@ import { createEmbeddingsEndpoint } from '#sim/embeddings.ts';
 import { invalidUrlError, SERVER_ERROR } from '#sim/errors.ts';
 import { type FaultSpec, FaultStore } from '#sim/faults.ts';
 import { Exchange, sendJson } from '#sim/http.ts';
+import { createMessagesEndpoint } from '#sim/messages.ts';
+import { createPriceRoutes, type PriceLists, PriceStore, type SimPrice } from '#sim/prices.ts';
 import { findRoute, type Route } from '#sim/router.ts';
 import { createSpeechEndpoint } from '#sim/speech.ts';
 import { createTranscriptionsEndpoint } from '#sim/transcriptions.ts';
@@ -27,8 +29,13 @@ export interface SimulatorOptions {
   host?: string;
   /** Latency added to every API call (not admin calls), e.g. 50 to mimic a real provider in a benchmark. */
   latencyMs?: number;
-  /** Upstream model names whose usage reports `prompt_tokens_details` with simulated prompt caching. */
+  /**
+   * Upstream model names whose usage reports simulated prompt caching (`prompt_tokens_details` on chat,
+   * cache reads and writes on Messages).
+   */
   promptCachingModels?: string[];
+  /** Initial price lists per provider, served at `GET /p/<provider>/v1/models` (see prices.ts). */
+  prices?: PriceLists;
 }
 
 /** A running simulator. */
@@ -44,6 +51,8 @@ export interface Simulator {
   calls(provider?: string): SimCall[];
   /** Forgets recorded calls, like `DELETE /_sim/calls`. */
   clearCalls(): void;
+  /** Merges into a provider's price list, like `PUT /_sim/prices/<provider>`. */
+  setPrices(provider: string, prices: Record<string, SimPrice | null>): void;
   /** Stops listening and destroys open (including keep-alive) connections; safe to call twice. */
   close(): Promise<void>;
 }
@@ -52,8 +61,10 @@ export interface Simulator {
 export async function startSimulator(options: SimulatorOptions = {}): Promise<Simulator> {
   const faults = new FaultStore();
   const calls = new CallLog();
+  const prices = new PriceStore(options.prices);
   const endpoints: ApiEndpoint[] = [
     createChatEndpoint({ promptCachingModels: options.promptCachingModels }),
+    createMessagesEndpoint({ promptCachingModels: options.promptCachingModels }),
     createEmbeddingsEndpoint(),
     createTranscriptionsEndpoint(),
     createSpeechEndpoint(),
@@ -61,6 +72,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   const apiContext = { faults, calls, latencyMs: options.latencyMs ?? 0 };
   const routes: Route[] = [
     ...createAdminRoutes({ faults, calls }),
+    ...createPriceRoutes(prices),
     ...endpoints.map((endpoint) => createApiRoute(endpoint, apiContext)),
   ];
 
@@ -84,6 +96,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     resetFaults: () => faults.clear(),
     calls: (provider) => calls.list(provider),
     clearCalls: () => calls.clear(),
+    setPrices: (provider, list) => prices.set(provider, list),
     close: () => {
       closing ??= new Promise<void>((resolve, reject) => {
         server.close((error) => (error === undefined ? resolve() : reject(error)));

@@ -1,8 +1,15 @@
 import {
+  type AttributeValue,
   BatchWriteItemCommand,
   type BatchWriteItemCommandOutput,
+  ConditionalCheckFailedException,
   type DynamoDBClient,
+  GetItemCommand,
+  PutItemCommand,
   paginateScan,
+  TransactionCanceledException,
+  TransactWriteItemsCommand,
+  UpdateItemCommand,
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
@@ -27,6 +34,15 @@ export interface RegistryContents {
   /** Items that failed validation: skipped, and reported so an operator can fix them. */
   readonly invalid: string[];
 }
+
+/**
+ * The stored form of a model: its list rates. A model taken from a Catalog carries published rates (price
+ * floor applied) and the list rates beside them; writing it back must store the list rates only.
+ */
+const listed = (m: Model): Model => {
+  const { listRates, ...stored } = m;
+  return listRates ? { ...stored, rates: listRates } : stored;
+};
 
 export class DynamoRegistry {
   readonly #client: DynamoDBClient;
@@ -59,7 +75,7 @@ export class DynamoRegistry {
   async put(models: readonly Model[], deployments: readonly Deployment[]): Promise<void> {
     const requests: WriteRequest[] = [
       ...models.map((m) => ({
-        PutRequest: { Item: marshall({ ...modelKey(m.id), ...m }, { removeUndefinedValues: true }) },
+        PutRequest: { Item: marshall({ ...modelKey(m.id), ...listed(m) }, { removeUndefinedValues: true }) },
       })),
       ...deployments.map((d) => ({
         PutRequest: { Item: marshall({ ...deploymentKey(d), ...d }, { removeUndefinedValues: true }) },
@@ -75,7 +91,172 @@ export class DynamoRegistry {
       }
     }
   }
+
+  /** One model, read consistently (the admin CLI reads what it just wrote); null when there is none. */
+  async getModel(id: string): Promise<Model | null> {
+    const { Item } = await this.#client.send(
+      new GetItemCommand({ TableName: this.#table, Key: marshall(modelKey(id)), ConsistentRead: true }),
+    );
+    return Item ? (parseItem(Item, modelSchema) as Model) : null;
+  }
+
+  /**
+   * One deployment by id. Its key is under its model, which the caller may not know: the registry is small,
+   * so a consistent filtered scan is the lookup (admin path only, never the hot path).
+   */
+  async findDeployment(id: string): Promise<Deployment | null> {
+    const pages = paginateScan(
+      { client: this.#client },
+      {
+        TableName: this.#table,
+        ConsistentRead: true,
+        FilterExpression: 'sk = :sk',
+        ExpressionAttributeValues: marshall({ ':sk': `deployment#${id}` }),
+      },
+    );
+    for await (const page of pages) {
+      const item = page.Items?.[0];
+      if (item) return parseItem(item, deploymentSchema) as Deployment;
+    }
+    return null;
+  }
+
+  /** Creates a model. The condition refuses an existing id — retired ones too: retiring is not deleting. */
+  async addModel(model: Model): Promise<void> {
+    await this.#conditionalPut(
+      modelItem(model),
+      'attribute_not_exists(pk)',
+      `model "${model.id}" already exists`,
+    );
+  }
+
+  /** Replaces a model's document; the condition refuses a missing one, so a typo cannot create a model. */
+  async replaceModel(model: Model): Promise<void> {
+    await this.#conditionalPut(modelItem(model), 'attribute_exists(pk)', `no model "${model.id}"`);
+  }
+
+  /**
+   * Creates a deployment of an existing model, in one transaction: the model's item must exist (so a
+   * deployment never points at nothing) and the deployment's must not. Deployment ids are unique across
+   * models too; that is the caller's check (`checkRegistry`), as no single condition can span partitions.
+   */
+  async addDeployment(deployment: Deployment): Promise<void> {
+    try {
+      await this.#client.send(
+        new TransactWriteItemsCommand({
+          TransactItems: [
+            {
+              ConditionCheck: {
+                TableName: this.#table,
+                Key: marshall(modelKey(deployment.model)),
+                ConditionExpression: 'attribute_exists(pk)',
+              },
+            },
+            {
+              Put: {
+                TableName: this.#table,
+                Item: deploymentItem(deployment),
+                ConditionExpression: 'attribute_not_exists(pk)',
+              },
+            },
+          ],
+        }),
+      );
+    } catch (error) {
+      if (!(error instanceof TransactionCanceledException)) throw error;
+      const [model] = error.CancellationReasons ?? [];
+      throw new RegistryConflictError(
+        model?.Code === 'ConditionalCheckFailed'
+          ? `no model "${deployment.model}"`
+          : `deployment "${deployment.id}" already exists`,
+        { cause: error },
+      );
+    }
+  }
+
+  /** Replaces a deployment's document under its model; refuses a missing one. */
+  async replaceDeployment(deployment: Deployment): Promise<void> {
+    await this.#conditionalPut(
+      deploymentItem(deployment),
+      'attribute_exists(pk)',
+      `no deployment "${deployment.id}" of model "${deployment.model}"`,
+    );
+  }
+
+  /** Retires a model (never deletes it): only its status changes, so a concurrent edit of other fields stands. */
+  async retireModel(id: string): Promise<Model> {
+    return (await this.#setStatus(modelKey(id), 'retired', `no model "${id}"`, modelSchema)) as Model;
+  }
+
+  /** Retires a deployment (never deletes it), found under its model. */
+  async retireDeployment(deployment: Pick<Deployment, 'model' | 'id'>): Promise<Deployment> {
+    return (await this.#setStatus(
+      deploymentKey(deployment),
+      'retired',
+      `no deployment "${deployment.id}" of model "${deployment.model}"`,
+      deploymentSchema,
+    )) as Deployment;
+  }
+
+  async #setStatus(
+    key: Record<string, string>,
+    status: 'active' | 'retired',
+    refusal: string,
+    schema: typeof modelSchema | typeof deploymentSchema,
+  ) {
+    try {
+      const { Attributes } = await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: marshall(key),
+          UpdateExpression: 'SET #status = :status',
+          // Without it, an update of a missing key would create a fragment of an item.
+          ConditionExpression: 'attribute_exists(pk)',
+          ExpressionAttributeNames: { '#status': 'status' },
+          ExpressionAttributeValues: marshall({ ':status': status }),
+          ReturnValues: 'ALL_NEW',
+        }),
+      );
+      return parseItem(Attributes ?? {}, schema);
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException)
+        throw new RegistryConflictError(refusal, { cause: error });
+      throw error;
+    }
+  }
+
+  async #conditionalPut(item: Record<string, AttributeValue>, condition: string, refusal: string) {
+    try {
+      await this.#client.send(
+        new PutItemCommand({ TableName: this.#table, Item: item, ConditionExpression: condition }),
+      );
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException)
+        throw new RegistryConflictError(refusal, { cause: error });
+      throw error;
+    }
+  }
 }
+
+/** A conditional registry write was refused: the entry exists (add) or does not (update, retire). */
+export class RegistryConflictError extends Error {
+  override readonly name = 'RegistryConflictError';
+}
+
+const modelItem = (m: Model) => marshall({ ...modelKey(m.id), ...m }, { removeUndefinedValues: true });
+const deploymentItem = (d: Deployment) =>
+  marshall({ ...deploymentKey(d), ...d }, { removeUndefinedValues: true });
+
+const parseItem = (
+  item: Record<string, AttributeValue>,
+  schema: typeof modelSchema | typeof deploymentSchema,
+) => {
+  const { pk, sk, ...doc } = unmarshall(item);
+  const parsed = schema.safeParse(doc);
+  if (!parsed.success)
+    throw new Error(`registry item ${pk}/${sk} is invalid: ${describeIssues(parsed.error)}`);
+  return parsed.data;
+};
 
 /**
  * Per-instance registry snapshot. The first call loads it; afterwards a stale snapshot is served while
@@ -90,8 +271,11 @@ export class RegistryCache {
   #loadedAt = 0;
   #refreshing: Promise<Catalog> | null = null;
 
-  constructor(registry: DynamoRegistry, clock: Clock, maxAgeMs: number, log: Logger) {
+  readonly #minMargin: number;
+
+  constructor(registry: DynamoRegistry, clock: Clock, maxAgeMs: number, log: Logger, minMargin: number) {
     this.#registry = registry;
+    this.#minMargin = minMargin;
     this.#clock = clock;
     this.#maxAgeMs = maxAgeMs;
     this.#log = log;
@@ -111,7 +295,7 @@ export class RegistryCache {
       .load()
       .then(({ models, deployments, invalid }) => {
         if (invalid.length > 0) this.#log.warn('registry items skipped', { invalid });
-        this.#snapshot = new Catalog(models, deployments);
+        this.#snapshot = new Catalog(models, deployments, this.#minMargin);
         this.#loadedAt = this.#clock.now();
         return this.#snapshot;
       })

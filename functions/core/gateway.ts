@@ -2,6 +2,7 @@ import type { Admission, AdmissionRequest } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
 import { type Served, withFallback } from './fallback.ts';
+import type { HealthBoard } from './health.ts';
 import type { Clock, Random } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
@@ -15,6 +16,8 @@ export interface GatewayDeps {
   readonly clock: Clock;
   readonly random: Random;
   readonly maxAttempts: number;
+  /** Deployment health of this instance; routing skips open circuits and learns from every attempt. */
+  readonly health?: HealthBoard;
 }
 
 /**
@@ -31,6 +34,11 @@ export class Gateway {
 
   async authenticate(authorization: string | undefined, call: CallRecorder): Promise<void> {
     call.principal = await this.#deps.authenticator.authenticate(authorization);
+  }
+
+  /** Authentication alone, for endpoints that call no model (the catalog listing). */
+  async authenticateOnly(authorization: string | undefined): Promise<void> {
+    await this.#deps.authenticator.authenticate(authorization);
   }
 
   async resolve(modelId: string, kind: ModelKind, call: CallRecorder): Promise<Resolved> {
@@ -61,15 +69,35 @@ export class Gateway {
     cycleKeys: boolean,
     attempt: (deployment: Deployment, keyIndex: number) => Promise<T>,
   ): Promise<T> {
-    const { clock, random, maxAttempts } = this.#deps;
+    const { clock, random, maxAttempts, health } = this.#deps;
     const started = clock.now();
-    const served: Served<T> = await withFallback(
-      planRoute(resolved.deployments, random),
-      { cycleKeys, maxAttempts, clock, random, attempts: call.attempts },
-      attempt,
-    );
-    call.deployment = served.deployment;
-    call.upstreamMs = clock.now() - started;
-    return served.value;
+    const plan = planRoute(resolved.deployments, random, health);
+    const before = call.attempts.length;
+    try {
+      const served: Served<T> = await withFallback(
+        plan,
+        { cycleKeys, maxAttempts, clock, random, attempts: call.attempts },
+        attempt,
+      );
+      call.deployment = served.deployment;
+      call.upstreamMs = clock.now() - started;
+      return served.value;
+    } finally {
+      // Failed attempts count now; the one that served is judged when the call ends (observeEnd), because a
+      // stream that breaks after its first byte was not a success.
+      if (health) {
+        for (const a of call.attempts.slice(before)) {
+          if (a.outcome !== 'ok') health.record(a.deployment, a.outcome, a.ms);
+        }
+      }
+    }
+  }
+
+  /** Tells deployment health how the served attempt ended: whole, or as a stream broken mid-way. */
+  observeEnd(call: CallRecorder, outcome: string): void {
+    const health = this.#deps.health;
+    const served = call.attempts.findLast((a) => a.outcome === 'ok');
+    if (!health || !served) return;
+    health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', served.ms);
   }
 }

@@ -1,4 +1,5 @@
 import { ModelNotFoundError, ServiceUnavailableError } from './errors.ts';
+import { DEFAULT_PRICE_MIN_MARGIN, publishedRates } from './price-floor.ts';
 
 /** What a model does; each kind is served by one endpoint. */
 export type ModelKind = 'chat' | 'embedding' | 'transcription' | 'speech';
@@ -35,7 +36,13 @@ export interface Model {
   readonly dimensions?: number;
   /** Completion cap when a request gives none; defaults to `DEFAULT_MAX_TOKENS` (core/chat.ts). */
   readonly defaultMaxTokens?: number;
+  /**
+   * Registry items hold the operator's list rates. In a Catalog they are the published rates (price floor
+   * applied, see price-floor.ts), which billing uses; the list rates are kept in `listRates`.
+   */
   readonly rates: Rates;
+  /** Set by Catalog: the list rates before the price floor. */
+  readonly listRates?: Rates;
   readonly flags: ModelFlags;
   readonly status: 'active' | 'retired';
   /** Unix seconds, for the model object's `created`. */
@@ -89,8 +96,12 @@ export class Catalog {
   readonly models: ReadonlyMap<string, Model>;
   readonly #deployments: ReadonlyMap<string, readonly Deployment[]>;
 
-  constructor(models: readonly Model[], deployments: readonly Deployment[]) {
-    this.models = new Map(models.map((m) => [m.id, m]));
+  /** @param minMargin the price floor's minimum margin over upstream cost (price-floor.ts). */
+  constructor(
+    models: readonly Model[],
+    deployments: readonly Deployment[],
+    minMargin: number = DEFAULT_PRICE_MIN_MARGIN,
+  ) {
     const byModel = new Map<string, Deployment[]>();
     for (const d of deployments) {
       if (d.status !== 'active') continue;
@@ -100,6 +111,13 @@ export class Catalog {
     }
     for (const list of byModel.values()) list.sort((a, b) => a.priority - b.priority);
     this.#deployments = byModel;
+    this.models = new Map(
+      models.map((m) => {
+        const listRates = m.listRates ?? m.rates;
+        const rates = publishedRates({ ...m, rates: listRates }, byModel.get(m.id) ?? [], minMargin);
+        return [m.id, { ...m, rates, listRates }];
+      }),
+    );
   }
 
   get isEmpty(): boolean {
@@ -112,7 +130,11 @@ export class Catalog {
    */
   resolve(modelId: string, kind: ModelKind): Resolved {
     if (this.isEmpty)
-      throw new ServiceUnavailableError('No model is available: the model registry is empty.');
+      throw new ServiceUnavailableError(
+        'No model is available: the model registry is empty.',
+        undefined,
+        'registry_empty',
+      );
     const model = this.models.get(modelId);
     if (model?.status !== 'active') throw new ModelNotFoundError(modelId);
     if (model.kind !== kind) {

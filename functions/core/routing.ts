@@ -1,20 +1,59 @@
+import { EngineOverloadedError, ServiceUnavailableError } from './errors.ts';
+import type { HealthBoard } from './health.ts';
 import type { Random } from './ports.ts';
 import type { Deployment } from './registry.ts';
 
 /**
- * The order in which a request tries a model's deployments: ascending priority; within one priority,
- * a weighted random order, so traffic spreads by weight while every deployment stays a fallback.
+ * The order in which a request tries a model's deployments:
+ * 1. a half-open deployment whose probe this request claimed (it must be tried to recover);
+ * 2. healthy deployments, by ascending priority, weighted-random within a priority;
+ * 3. degraded deployments (closed but failing or slow), the same way.
+ * Open circuits are skipped. If that leaves nothing, the model has no eligible deployment: 429
+ * `engine_overloaded` when every circuit opened on overloads (busy — retry later), else 503.
  */
-export const planRoute = (deployments: readonly Deployment[], random: Random): Deployment[] => {
-  const byPriority = new Map<number, Deployment[]>();
+export const planRoute = (
+  deployments: readonly Deployment[],
+  random: Random,
+  health?: HealthBoard,
+): Deployment[] => {
+  if (!health) return byPriority(deployments, random);
+  const probes: Deployment[] = [];
+  const healthy: Deployment[] = [];
+  const degraded: Deployment[] = [];
+  let fastest: number | null = null;
   for (const d of deployments) {
-    const group = byPriority.get(d.priority) ?? [];
+    const p50 = health.p50Ms(d.id);
+    if (p50 !== null && (fastest === null || p50 < fastest)) fastest = p50;
+  }
+  for (const d of deployments) {
+    const state = health.state(d.id);
+    if (state === 'half-open') {
+      if (health.claimProbe(d.id)) probes.push(d);
+    } else if (state === 'closed') {
+      (health.degraded(d.id, fastest) ? degraded : healthy).push(d);
+    }
+  }
+  const plan = [...probes, ...byPriority(healthy, random), ...byPriority(degraded, random)];
+  if (plan.length > 0) return plan;
+  const model = deployments[0]?.model ?? 'this model';
+  if (deployments.length > 0 && deployments.every((d) => health.reason(d.id) === 'overloaded')) {
+    throw new EngineOverloadedError({ headers: { 'retry-after': '1' } });
+  }
+  throw new ServiceUnavailableError(
+    `No deployment of \`${model}\` is available right now: every upstream is failing. Please retry shortly.`,
+  );
+};
+
+const byPriority = (deployments: readonly Deployment[], random: Random): Deployment[] => {
+  const groups = new Map<number, Deployment[]>();
+  for (const d of deployments) {
+    const group = groups.get(d.priority) ?? [];
     group.push(d);
-    byPriority.set(d.priority, group);
+    groups.set(d.priority, group);
   }
   const plan: Deployment[] = [];
-  for (const priority of [...byPriority.keys()].sort((a, b) => a - b)) {
-    plan.push(...weightedOrder(byPriority.get(priority) ?? [], random));
+  for (const priority of [...groups.keys()].sort((a, b) => a - b)) {
+    plan.push(...weightedOrder(groups.get(priority) ?? [], random));
   }
   return plan;
 };

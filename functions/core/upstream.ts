@@ -1,4 +1,4 @@
-import type { Deployment } from './registry.ts';
+import type { Deployment, Rates } from './registry.ts';
 import type { Usage } from './usage.ts';
 
 /**
@@ -117,10 +117,19 @@ export interface SpeechProvider {
   speak(call: SpeechCall): Promise<AudioStream>;
 }
 
+/**
+ * A provider's price list, for the price floor: upstream model name → its cost to us (USD, the units of
+ * `Rates`). Models the provider does not price are absent; `null` means the provider publishes no prices.
+ */
+export interface PriceSource {
+  prices(target: UpstreamTarget): Promise<ReadonlyMap<string, Rates> | null>;
+}
+
 /** What one provider protocol can serve; a missing capability makes its deployments fail over. */
 export interface ProviderAdapter {
   readonly chat?: ChatProvider;
   readonly embeddings?: EmbeddingsProvider;
   readonly transcriptions?: TranscriptionProvider;
   readonly speech?: SpeechProvider;
+  readonly prices?: PriceSource;
 }

@@ -1,11 +1,11 @@
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sseEvents } from '#test/sse.ts';
-import { startTestStack, type TestStack } from '#test/stack.ts';
+import { NO_CIRCUIT_BREAKING, startTestStack, type TestStack } from '#test/stack.ts';
 
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack();
+  t = await startTestStack({ functionEnv: NO_CIRCUIT_BREAKING });
 });
 afterAll(() => t?.stop());
 afterEach(() => {

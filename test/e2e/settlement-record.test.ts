@@ -2,11 +2,17 @@ import { ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { costOf } from '#core/pricing.ts';
 import { localClientConfig } from '#local/emulators.ts';
-import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
+import {
+  drainSettlements,
+  NO_CIRCUIT_BREAKING,
+  startTestStack,
+  type TestStack,
+  takeSettlements,
+} from '#test/stack.ts';
 
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack();
+  t = await startTestStack({ functionEnv: NO_CIRCUIT_BREAKING });
 });
 afterAll(() => t?.stop());
 beforeEach(() => drainSettlements(t.stack));

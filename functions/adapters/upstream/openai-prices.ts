@@ -1,0 +1,72 @@
+import type { Rates } from '#core/registry.ts';
+import type { PriceSource, UpstreamTarget } from '#core/upstream.ts';
+import type { KeyRing } from './key-ring.ts';
+
+/** A price list is small; anything bigger is not one. */
+const MAX_BODY_BYTES = 8 * 1024 * 1024;
+const TIMEOUT_MS = 10_000;
+
+/**
+ * Reads an OpenAI-compatible provider's model list (`GET {baseUrl}/models`) for prices. There is no standard
+ * field, so the two conventions in use are read:
+ *
+ * - `pricing: { input, output, cached_input }`: USD per 1M tokens (Together, DeepInfra and others);
+ * - `pricing: { prompt, completion, input_cache_read }`: USD per token, often as strings (OpenRouter-style).
+ *
+ * Entries without a readable input price are skipped. A provider whose list carries no prices at all (OpenAI
+ * itself) gives `null`: the operator's configured cost then stands. Not on the request path: plain `fetch`.
+ */
+export class OpenAiCompatiblePrices implements PriceSource {
+  readonly #keys: KeyRing;
+
+  constructor(keys: KeyRing) {
+    this.#keys = keys;
+  }
+
+  async prices(target: UpstreamTarget): Promise<ReadonlyMap<string, Rates> | null> {
+    const key = await this.#keys.key(target.deployment, target.keyIndex);
+    const response = await fetch(`${target.deployment.baseUrl.replace(/\/+$/, '')}/models`, {
+      headers: { accept: 'application/json', ...(key === null ? {} : { authorization: `Bearer ${key}` }) },
+      signal: target.signal ?? AbortSignal.timeout(TIMEOUT_MS),
+    });
+    if (!response.ok) throw new Error(`price list: upstream answered ${response.status}`);
+    const length = Number(response.headers.get('content-length') ?? 0);
+    if (length > MAX_BODY_BYTES) throw new Error('price list: response too large');
+    return parsePriceList(await response.json());
+  }
+}
+
+const number = (value: unknown): number | undefined => {
+  const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
+  return typeof n === 'number' && Number.isFinite(n) && n >= 0 ? n : undefined;
+};
+
+/** Per-token figures become per-1M ones; rounding to 1e-9 removes binary noise from the multiplication. */
+const perMillion = (perToken: number | undefined) =>
+  perToken === undefined ? undefined : Math.round(perToken * 1e6 * 1e9) / 1e9;
+
+const ratesOf = (pricing: Record<string, unknown>): Rates | null => {
+  const perM = number(pricing.input) !== undefined;
+  const input = perM ? number(pricing.input) : perMillion(number(pricing.prompt));
+  if (input === undefined) return null;
+  const output = perM ? number(pricing.output) : perMillion(number(pricing.completion));
+  const cachedInput = perM ? number(pricing.cached_input) : perMillion(number(pricing.input_cache_read));
+  return {
+    input,
+    ...(output === undefined ? {} : { output }),
+    ...(cachedInput === undefined ? {} : { cachedInput }),
+  };
+};
+
+export const parsePriceList = (body: unknown): ReadonlyMap<string, Rates> | null => {
+  const data = (body as { data?: unknown } | null)?.data;
+  if (!Array.isArray(data)) throw new Error('price list: expected a model list with a `data` array');
+  const prices = new Map<string, Rates>();
+  for (const entry of data) {
+    const { id, pricing } = (entry ?? {}) as { id?: unknown; pricing?: unknown };
+    if (typeof id !== 'string' || pricing === null || typeof pricing !== 'object') continue;
+    const rates = ratesOf(pricing as Record<string, unknown>);
+    if (rates) prices.set(id, rates);
+  }
+  return prices.size > 0 ? prices : null;
+};

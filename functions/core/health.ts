@@ -1,0 +1,226 @@
+import type { Attempt, FailureKind } from './fallback.ts';
+import type { Clock } from './ports.ts';
+
+/**
+ * Deployment health, per Lambda instance (ADR 0006): a rolling window of attempt outcomes and latencies per
+ * deployment, and a circuit breaker on top of it.
+ *
+ * - **closed**: routed normally. It opens when, over the window, at least `minCalls` attempts failed at
+ *   `failureRate` or more, or after `overloadRun` overloads in a row (an overloaded provider is not helped by
+ *   more traffic).
+ * - **open**: skipped by routing for a cool-down, which doubles (up to `maxCooldownMs`) each time a probe fails.
+ * - **half-open**: after the cool-down, one request at a time may probe it (routing puts it first); success
+ *   closes the circuit with a fresh window, failure opens it again.
+ *
+ * A closed deployment that fails often or answers slowly is **degraded**: still routed, but after the healthy
+ * deployments of its priority.
+ */
+export interface HealthPolicy {
+  readonly windowMs: number;
+  readonly minCalls: number;
+  /** Failure share (0–1) over the window that opens the circuit. */
+  readonly failureRate: number;
+  /** Consecutive overloads that open the circuit. */
+  readonly overloadRun: number;
+  readonly cooldownMs: number;
+  readonly maxCooldownMs: number;
+}
+
+export const DEFAULT_HEALTH_POLICY: HealthPolicy = {
+  windowMs: 60_000,
+  minCalls: 5,
+  failureRate: 0.5,
+  overloadRun: 3,
+  cooldownMs: 15_000,
+  maxCooldownMs: 300_000,
+};
+
+export type CircuitState = 'closed' | 'open' | 'half-open';
+
+/** Why a circuit is open: all-overloaded models answer 429 (retry later), anything else 503. */
+export type OpenReason = 'overloaded' | 'failing';
+
+export interface DeploymentHealthView {
+  readonly state: CircuitState;
+  readonly reason: OpenReason | null;
+  readonly degraded: boolean;
+  readonly calls: number;
+  readonly failures: number;
+  /** Median latency of successful attempts in the window, ms (null: none). */
+  readonly p50Ms: number | null;
+}
+
+/** Outcomes that say nothing about the deployment: the request itself was refused. */
+const NEUTRAL: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['rejected']);
+
+/** Share of failures that marks a closed deployment as degraded. */
+const DEGRADED_FAILURE_RATE = 0.2;
+/** A deployment this many times slower (median) than the fastest of its model is degraded. */
+const DEGRADED_SLOWDOWN = 3;
+/** …and at least this much slower, so sub-millisecond noise on loopback never counts. */
+const DEGRADED_MIN_EXTRA_MS = 250;
+/** Samples kept per deployment; the window is also bounded in time. */
+const MAX_SAMPLES = 200;
+
+interface Sample {
+  readonly at: number;
+  readonly ok: boolean;
+  readonly ms: number;
+}
+
+interface Circuit {
+  samples: Sample[];
+  overloadRun: number;
+  state: 'closed' | 'open';
+  reason: OpenReason | null;
+  openedAt: number;
+  cooldownMs: number;
+  /** When the current half-open probe was handed out (null: none in flight). */
+  probeAt: number | null;
+}
+
+export class HealthBoard {
+  readonly #policy: HealthPolicy;
+  readonly #clock: Clock;
+  readonly #circuits = new Map<string, Circuit>();
+
+  constructor(policy: HealthPolicy, clock: Clock) {
+    this.#policy = policy;
+    this.#clock = clock;
+  }
+
+  /** Records one attempt's outcome (from fallback) or a stream that broke after its first byte. */
+  record(deploymentId: string, outcome: Attempt['outcome'], ms: number): void {
+    if (NEUTRAL.has(outcome)) return;
+    const now = this.#clock.now();
+    const circuit = this.#circuit(deploymentId);
+    const ok = outcome === 'ok';
+    const probing = circuit.state === 'open' && circuit.probeAt !== null;
+    if (probing) {
+      circuit.probeAt = null;
+      if (ok) this.#close(circuit);
+      else this.#open(circuit, outcome === 'overloaded' ? 'overloaded' : 'failing', now, true);
+      if (ok) circuit.samples.push({ at: now, ok, ms });
+      return;
+    }
+    if (circuit.state === 'open') return; // a straggler from before the circuit opened
+    circuit.samples.push({ at: now, ok, ms });
+    if (circuit.samples.length > MAX_SAMPLES) circuit.samples.shift();
+    circuit.overloadRun = outcome === 'overloaded' ? circuit.overloadRun + 1 : 0;
+    if (circuit.overloadRun >= this.#policy.overloadRun) {
+      this.#open(circuit, 'overloaded', now, false);
+      return;
+    }
+    const { calls, failures } = this.#counts(circuit, now);
+    if (calls >= this.#policy.minCalls && failures / calls >= this.#policy.failureRate) {
+      this.#open(circuit, 'failing', now, false);
+    }
+  }
+
+  /** The circuit's state now; an open circuit whose cool-down has passed is half-open. */
+  state(deploymentId: string): CircuitState {
+    const circuit = this.#circuits.get(deploymentId);
+    if (!circuit || circuit.state === 'closed') return 'closed';
+    return this.#clock.now() - circuit.openedAt >= circuit.cooldownMs ? 'half-open' : 'open';
+  }
+
+  reason(deploymentId: string): OpenReason | null {
+    return this.#circuits.get(deploymentId)?.reason ?? null;
+  }
+
+  /**
+   * Claims the half-open probe for one request. Only one probe is in flight at a time; a probe that never
+   * reported back (its request died) is given up after a cool-down.
+   */
+  claimProbe(deploymentId: string): boolean {
+    if (this.state(deploymentId) !== 'half-open') return false;
+    const circuit = this.#circuit(deploymentId);
+    const now = this.#clock.now();
+    if (circuit.probeAt !== null && now - circuit.probeAt < circuit.cooldownMs) return false;
+    circuit.probeAt = now;
+    return true;
+  }
+
+  /** Closed, but failing more than a little or much slower than the model's fastest deployment. */
+  degraded(deploymentId: string, fastestP50Ms: number | null): boolean {
+    const circuit = this.#circuits.get(deploymentId);
+    if (circuit?.state !== 'closed') return false;
+    const { calls, failures, p50Ms } = this.#counts(circuit, this.#clock.now());
+    if (calls >= this.#policy.minCalls && failures / calls >= DEGRADED_FAILURE_RATE) return true;
+    return (
+      p50Ms !== null &&
+      fastestP50Ms !== null &&
+      p50Ms > fastestP50Ms * DEGRADED_SLOWDOWN &&
+      p50Ms - fastestP50Ms > DEGRADED_MIN_EXTRA_MS
+    );
+  }
+
+  view(deploymentId: string, fastestP50Ms: number | null = null): DeploymentHealthView {
+    const circuit = this.#circuits.get(deploymentId);
+    const counts = circuit
+      ? this.#counts(circuit, this.#clock.now())
+      : { calls: 0, failures: 0, p50Ms: null };
+    return {
+      state: this.state(deploymentId),
+      reason: circuit?.state === 'open' ? circuit.reason : null,
+      degraded: this.degraded(deploymentId, fastestP50Ms),
+      ...counts,
+    };
+  }
+
+  /** Median successful latency in the window, for comparing a model's deployments. */
+  p50Ms(deploymentId: string): number | null {
+    const circuit = this.#circuits.get(deploymentId);
+    return circuit ? this.#counts(circuit, this.#clock.now()).p50Ms : null;
+  }
+
+  #circuit(deploymentId: string): Circuit {
+    let circuit = this.#circuits.get(deploymentId);
+    if (!circuit) {
+      circuit = {
+        samples: [],
+        overloadRun: 0,
+        state: 'closed',
+        reason: null,
+        openedAt: 0,
+        cooldownMs: this.#policy.cooldownMs,
+        probeAt: null,
+      };
+      this.#circuits.set(deploymentId, circuit);
+    }
+    return circuit;
+  }
+
+  #counts(circuit: Circuit, now: number): { calls: number; failures: number; p50Ms: number | null } {
+    const since = now - this.#policy.windowMs;
+    while (circuit.samples.length > 0 && (circuit.samples[0] as Sample).at < since) circuit.samples.shift();
+    let failures = 0;
+    const latencies: number[] = [];
+    for (const s of circuit.samples) {
+      if (s.ok) latencies.push(s.ms);
+      else failures++;
+    }
+    latencies.sort((a, b) => a - b);
+    const p50Ms = latencies.length > 0 ? (latencies[Math.floor((latencies.length - 1) / 2)] as number) : null;
+    return { calls: circuit.samples.length, failures, p50Ms };
+  }
+
+  #open(circuit: Circuit, reason: OpenReason, now: number, probeFailed: boolean): void {
+    circuit.cooldownMs = probeFailed
+      ? Math.min(circuit.cooldownMs * 2, this.#policy.maxCooldownMs)
+      : this.#policy.cooldownMs;
+    circuit.state = 'open';
+    circuit.reason = reason;
+    circuit.openedAt = now;
+    circuit.probeAt = null;
+    circuit.overloadRun = 0;
+  }
+
+  #close(circuit: Circuit): void {
+    circuit.state = 'closed';
+    circuit.reason = null;
+    circuit.samples = [];
+    circuit.overloadRun = 0;
+    circuit.cooldownMs = this.#policy.cooldownMs;
+  }
+}

@@ -1,0 +1,39 @@
+import { Catalog, type Deployment, type Model, type Rates } from './registry.ts';
+
+/** What one sync learned: deployments whose upstream cost changed, and the published rates that moved. */
+export interface PriceSyncPlan {
+  readonly updated: Deployment[];
+  readonly republished: { readonly model: string; readonly before: Rates; readonly after: Rates }[];
+}
+
+const sameRates = (a: Rates | undefined, b: Rates): boolean =>
+  a !== undefined && a.input === b.input && a.output === b.output && a.cachedInput === b.cachedInput;
+
+/**
+ * Applies fetched price lists to the registry. `prices` maps a deployment id to its provider's list (absent:
+ * not fetched or failed; the deployment keeps its cost). A deployment whose upstream model is not in its
+ * provider's list keeps its cost too: a missing entry is not a price of zero.
+ */
+export const planPriceSync = (
+  models: readonly Model[],
+  deployments: readonly Deployment[],
+  prices: ReadonlyMap<string, ReadonlyMap<string, Rates> | null>,
+  minMargin: number,
+): PriceSyncPlan => {
+  const updated: Deployment[] = [];
+  const next = deployments.map((d) => {
+    const cost = prices.get(d.id)?.get(d.upstreamModel);
+    if (!cost || sameRates(d.cost, cost)) return d;
+    const changed = { ...d, cost };
+    updated.push(changed);
+    return changed;
+  });
+  const before = new Catalog(models, deployments, minMargin);
+  const after = new Catalog(models, next, minMargin);
+  const republished: PriceSyncPlan['republished'] = [];
+  for (const [id, model] of after.models) {
+    const old = before.models.get(id)?.rates;
+    if (old && !sameRates(old, model.rates)) republished.push({ model: id, before: old, after: model.rates });
+  }
+  return { updated, republished };
+};

@@ -1,0 +1,42 @@
+import { ModelNotFoundError, RouteNotFoundError } from '#core/errors.ts';
+import { modelObject } from '#core/model-listing.ts';
+import { httpHandler, JSON_HEADERS } from '#http/handler.ts';
+import { header } from '#http/lambda.ts';
+import { type Container, containerFromEnv } from './container.ts';
+
+/** Clients may reuse a listing briefly; the registry snapshot behind it is itself up to a few seconds old. */
+const CACHE_CONTROL = 'private, max-age=15';
+
+/**
+ * `GET /v1/models` and `GET /v1/models/{id}`: the live catalog from the registry snapshot, with published
+ * rates (price floor applied). Authenticated like every endpoint; not metered and not settled (it calls no
+ * model). Retired models are not listed and answer 404, like unknown ones.
+ */
+export const createHandler = (container: () => Container) =>
+  httpHandler(
+    async (event) => {
+      const c = container();
+      await c.gateway.authenticateOnly(header(event, 'authorization'));
+      const path = event.rawPath.replace(/\/+$/, '');
+      const catalog = await c.registry.catalog();
+      let body: unknown;
+      if (path === '/v1/models') {
+        body = { object: 'list', data: catalog.list().map(modelObject) };
+      } else if (path.startsWith('/v1/models/')) {
+        const id = decodeURIComponent(path.slice('/v1/models/'.length));
+        const model = catalog.models.get(id);
+        if (model?.status !== 'active') throw new ModelNotFoundError(id);
+        body = modelObject(model);
+      } else {
+        throw new RouteNotFoundError(event.requestContext.http.method, event.rawPath);
+      }
+      return {
+        statusCode: 200,
+        headers: { ...JSON_HEADERS, 'cache-control': CACHE_CONTROL },
+        body: JSON.stringify(body),
+      };
+    },
+    () => container().log,
+  );
+
+export const handler = createHandler(containerFromEnv);

@@ -1,0 +1,59 @@
+import middy from '@middy/core';
+import type { ScheduledEvent } from 'aws-lambda';
+import { planPriceSync } from '#core/price-sync.ts';
+import type { Deployment, Rates } from '#core/registry.ts';
+import { type Container, containerFromEnv } from './container.ts';
+
+export interface PriceSyncResult {
+  /** Active deployments whose provider was asked for prices. */
+  readonly checked: number;
+  readonly updated: string[];
+  /** Providers (adapter and base URL) whose price list could not be read; their deployments kept their cost. */
+  readonly failed: string[];
+  readonly republished: { readonly model: string; readonly before: Rates; readonly after: Rates }[];
+}
+
+/**
+ * Scheduled: refreshes every active deployment's upstream cost from its provider's price list, stores the
+ * changes, and logs the published rates that moved as a result (the price floor, core/price-floor.ts). Gateway
+ * instances pick the new rates up with their next registry refresh; billing always uses the published rates.
+ * One provider list is read once however many deployments share it, and one failing provider does not stop
+ * the others.
+ */
+export const createHandler = (container: () => Container) =>
+  middy<ScheduledEvent | Record<string, never>, PriceSyncResult>().handler(async () => {
+    const c = container();
+    const { models, deployments } = await c.registryStore.load();
+    const groups = new Map<string, Deployment[]>();
+    for (const d of deployments) {
+      if (d.status !== 'active' || !c.prices(d.adapter)) continue;
+      const key = `${d.adapter} ${d.baseUrl} ${d.keyRefs[0] ?? ''}`;
+      groups.set(key, [...(groups.get(key) ?? []), d]);
+    }
+    const prices = new Map<string, ReadonlyMap<string, Rates> | null>();
+    const failed: string[] = [];
+    await Promise.all(
+      [...groups.values()].map(async (group) => {
+        const first = group[0] as Deployment;
+        try {
+          const list = await c.prices(first.adapter)?.prices({ deployment: first, keyIndex: 0 });
+          for (const d of group) prices.set(d.id, list ?? null);
+        } catch (error) {
+          failed.push(`${first.adapter} ${first.baseUrl}`);
+          c.log.warn('price list unavailable; costs kept', { provider: first.provider, error });
+        }
+      }),
+    );
+    const plan = planPriceSync(models, deployments, prices, c.config.priceMinMargin);
+    if (plan.updated.length > 0) await c.registryStore.put([], plan.updated);
+    for (const d of plan.updated) c.log.info('upstream cost updated', { deployment: d.id, cost: d.cost });
+    for (const r of plan.republished) c.log.info('published rates changed', r);
+    return {
+      checked: [...groups.values()].reduce((n, g) => n + g.length, 0),
+      updated: plan.updated.map((d) => d.id),
+      failed,
+      republished: plan.republished,
+    };
+  });
+
+export const handler = createHandler(containerFromEnv);

@@ -1,0 +1,151 @@
+import { describe, expect, it } from 'vitest';
+import { EngineOverloadedError, ServiceUnavailableError } from '#core/errors.ts';
+import { HealthBoard, type HealthPolicy } from '#core/health.ts';
+import { planRoute } from '#core/routing.ts';
+import { deployment } from '#test/fixtures.ts';
+
+const POLICY: HealthPolicy = {
+  windowMs: 60_000,
+  minCalls: 4,
+  failureRate: 0.5,
+  overloadRun: 3,
+  cooldownMs: 10_000,
+  maxCooldownMs: 40_000,
+};
+
+const setup = () => {
+  let now = 1_000_000;
+  const board = new HealthBoard(POLICY, { now: () => now });
+  return { board, advance: (ms: number) => (now += ms) };
+};
+
+describe('HealthBoard circuit', () => {
+  it('stays closed below the minimum number of calls, whatever they were', () => {
+    const { board } = setup();
+    for (let i = 0; i < 3; i++) board.record('a', 'server_error', 5);
+    expect(board.state('a')).toBe('closed');
+  });
+
+  it('opens at the failure rate over the window, and only counts calls inside the window', () => {
+    const { board, advance } = setup();
+    board.record('a', 'server_error', 5);
+    board.record('a', 'server_error', 5);
+    advance(POLICY.windowMs + 1); // those two age out
+    board.record('a', 'ok', 5);
+    board.record('a', 'ok', 5);
+    board.record('a', 'server_error', 5);
+    expect(board.state('a')).toBe('closed'); // 1 of 3 in the window
+    board.record('a', 'server_error', 5);
+    expect(board.state('a')).toBe('open'); // 2 of 4
+    expect(board.reason('a')).toBe('failing');
+  });
+
+  it('opens after a run of overloads, which any other outcome breaks', () => {
+    const { board } = setup();
+    for (let i = 0; i < 4; i++) board.record('a', 'ok', 1); // keeps the failure rate under the threshold
+    board.record('a', 'overloaded', 1);
+    board.record('a', 'overloaded', 1);
+    board.record('a', 'ok', 1);
+    board.record('a', 'overloaded', 1);
+    board.record('a', 'overloaded', 1);
+    expect(board.state('a')).toBe('closed');
+    board.record('a', 'overloaded', 1);
+    expect(board.state('a')).toBe('open');
+    expect(board.reason('a')).toBe('overloaded');
+  });
+
+  it('ignores rejected requests: a 400 from upstream says nothing about its health', () => {
+    const { board } = setup();
+    for (let i = 0; i < 10; i++) board.record('a', 'rejected', 1);
+    expect(board.view('a')).toMatchObject({ state: 'closed', calls: 0 });
+  });
+
+  it('half-opens after the cool-down with one probe at a time; a good probe closes it', () => {
+    const { board, advance } = setup();
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    advance(POLICY.cooldownMs - 1);
+    expect(board.state('a')).toBe('open');
+    expect(board.claimProbe('a')).toBe(false);
+    advance(1);
+    expect(board.state('a')).toBe('half-open');
+    expect(board.claimProbe('a')).toBe(true);
+    expect(board.claimProbe('a')).toBe(false); // one in flight
+    board.record('a', 'ok', 3);
+    expect(board.state('a')).toBe('closed');
+    expect(board.view('a').failures).toBe(0); // a fresh window
+  });
+
+  it('doubles the cool-down when a probe fails, up to the maximum', () => {
+    const { board, advance } = setup();
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    const cooldowns: number[] = [];
+    for (let round = 0; round < 4; round++) {
+      let waited = 0;
+      while (board.state('a') !== 'half-open') {
+        advance(1000);
+        waited += 1000;
+      }
+      cooldowns.push(waited);
+      expect(board.claimProbe('a')).toBe(true);
+      board.record('a', 'server_error', 1);
+    }
+    expect(cooldowns).toEqual([10_000, 20_000, 40_000, 40_000]);
+  });
+
+  it('gives up on a probe that never reported back after a cool-down, so one lost request cannot wedge it', () => {
+    const { board, advance } = setup();
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    advance(POLICY.cooldownMs);
+    expect(board.claimProbe('a')).toBe(true);
+    advance(POLICY.cooldownMs - 1);
+    expect(board.claimProbe('a')).toBe(false);
+    advance(1);
+    expect(board.claimProbe('a')).toBe(true);
+  });
+
+  it('marks a closed deployment degraded when it fails a fifth of its calls or is much slower', () => {
+    const { board } = setup();
+    for (let i = 0; i < 4; i++) board.record('a', 'ok', 10);
+    board.record('a', 'server_error', 10);
+    expect(board.degraded('a', 10)).toBe(true);
+    for (let i = 0; i < 5; i++) board.record('slow', 'ok', 900);
+    expect(board.degraded('slow', 100)).toBe(true); // 9× and +800 ms
+    for (let i = 0; i < 5; i++) board.record('near', 'ok', 9);
+    expect(board.degraded('near', 2)).toBe(false); // 4.5× but only +7 ms: loopback noise
+  });
+});
+
+describe('planRoute with health', () => {
+  const a = deployment({ id: 'a', priority: 1 });
+  const b = deployment({ id: 'b', priority: 2 });
+  const c = deployment({ id: 'c', priority: 3 });
+
+  it('skips open circuits and keeps priority among the rest', () => {
+    const { board } = setup();
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['b', 'c']);
+  });
+
+  it('tries a half-open deployment first, as its probe, and only one request gets it', () => {
+    const { board, advance } = setup();
+    for (let i = 0; i < 3; i++) board.record('b', 'overloaded', 1);
+    advance(POLICY.cooldownMs);
+    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['b', 'a', 'c']);
+    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['a', 'c']);
+  });
+
+  it('puts degraded deployments after healthy ones of any priority', () => {
+    const { board } = setup();
+    for (let i = 0; i < 4; i++) board.record('a', 'ok', 10);
+    board.record('a', 'server_error', 10);
+    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['b', 'c', 'a']);
+  });
+
+  it('throws 429 engine_overloaded when every circuit opened on overloads, else 503', () => {
+    const { board } = setup();
+    for (const id of ['a', 'b']) for (let i = 0; i < 3; i++) board.record(id, 'overloaded', 1);
+    expect(() => planRoute([a, b], Math.random, board)).toThrow(EngineOverloadedError);
+    for (let i = 0; i < 4; i++) board.record('c', 'server_error', 1);
+    expect(() => planRoute([a, b, c], Math.random, board)).toThrow(ServiceUnavailableError);
+  });
+});

@@ -1,0 +1,127 @@
+import { describe, expect, it } from 'vitest';
+import { parsePriceList } from '#adapters/upstream/openai-prices.ts';
+import { publishedRates } from '#core/price-floor.ts';
+import { planPriceSync } from '#core/price-sync.ts';
+import { Catalog } from '#core/registry.ts';
+import { chatModel, deployment } from '#test/fixtures.ts';
+
+const model = chatModel({ rates: { input: 0.25, output: 0.8, cachedInput: 0.1 } });
+
+describe('publishedRates', () => {
+  it('is the list rate while every cost leaves the margin', () => {
+    const d = deployment({ cost: { input: 0.2, output: 0.6, cachedInput: 0.05 } });
+    expect(publishedRates(model, [d], 0.2)).toEqual({ input: 0.25, output: 0.8, cachedInput: 0.1 });
+  });
+
+  it('floors each rate on its own at the highest cost × (1 + margin), rounded up to the micro-dollar', () => {
+    const cheap = deployment({ id: 'a', cost: { input: 0.1, output: 0.7 } }); // output floor 0.84
+    const dear = deployment({ id: 'b', cost: { input: 0.2500001, output: 0.1 } }); // input floor 0.30000012 → 0.300001
+    expect(publishedRates(model, [cheap, dear], 0.2)).toEqual({
+      input: 0.300001,
+      output: 0.84,
+      cachedInput: 0.1,
+    });
+  });
+
+  it('does not let binary noise round a floor up (0.07 × 1.2 is 0.084)', () => {
+    const m = chatModel({ rates: { input: 0.01, output: 0.01 } });
+    expect(publishedRates(m, [deployment({ cost: { input: 0.07, output: 0.07 } })], 0.2)).toEqual({
+      input: 0.084,
+      output: 0.084,
+    });
+  });
+
+  it('ignores retired deployments and rates a deployment does not report', () => {
+    const retired = deployment({ id: 'r', status: 'retired', cost: { input: 9, output: 9 } });
+    const inputOnly = deployment({ id: 'i', cost: { input: 1 } });
+    expect(publishedRates(model, [retired, inputOnly], 0.2)).toEqual({
+      input: 1.2,
+      output: 0.8,
+      cachedInput: 0.1,
+    });
+  });
+
+  it('leaves free models free', () => {
+    const free = chatModel({ rates: { input: 0, output: 0 }, flags: { free: true } });
+    expect(publishedRates(free, [deployment({ cost: { input: 1, output: 1 } })], 0.2)).toEqual({
+      input: 0,
+      output: 0,
+    });
+  });
+
+  it('is what the catalog publishes, keeping the list rates alongside', () => {
+    const catalog = new Catalog([model], [deployment({ model: model.id, cost: { input: 0.5 } })], 0.2);
+    expect(catalog.models.get(model.id)).toMatchObject({
+      rates: { input: 0.6, output: 0.8, cachedInput: 0.1 },
+      listRates: { input: 0.25, output: 0.8, cachedInput: 0.1 },
+    });
+    // A catalog rebuilt from published models floors from the list rates, never compounding.
+    const again = new Catalog([...catalog.models.values()], [deployment({ model: model.id })], 0.2);
+    expect(again.models.get(model.id)?.rates).toEqual({ input: 0.25, output: 0.8, cachedInput: 0.1 });
+  });
+});
+
+describe('parsePriceList', () => {
+  it('reads per-1M prices (input/output/cached_input)', () => {
+    const list = parsePriceList({
+      data: [
+        { id: 'm1', pricing: { input: 0.2, output: '0.6', cached_input: 0.05 } },
+        { id: 'm2' },
+        { id: 'm3', pricing: { output: 1 } },
+      ],
+    });
+    expect(list).toEqual(new Map([['m1', { input: 0.2, output: 0.6, cachedInput: 0.05 }]]));
+  });
+
+  it('reads per-token prices (prompt/completion) as per-1M', () => {
+    const list = parsePriceList({
+      data: [
+        {
+          id: 'm',
+          pricing: { prompt: '0.0000003', completion: '0.0000012', input_cache_read: '0.00000003' },
+        },
+      ],
+    });
+    expect(list?.get('m')).toEqual({ input: 0.3, output: 1.2, cachedInput: 0.03 });
+  });
+
+  it('is null for a list without prices and refuses a body that is not a list', () => {
+    expect(parsePriceList({ object: 'list', data: [{ id: 'gpt', object: 'model' }] })).toBeNull();
+    expect(() => parsePriceList({ error: 'nope' })).toThrow(/data/);
+    expect(parsePriceList({ data: [{ id: 'neg', pricing: { input: -1 } }] })).toBeNull();
+  });
+});
+
+describe('planPriceSync', () => {
+  const a = deployment({ id: 'a', model: model.id, upstreamModel: 'up', cost: { input: 0.1, output: 0.1 } });
+  const b = deployment({ id: 'b', model: model.id, upstreamModel: 'up2', cost: { input: 0.1, output: 0.1 } });
+
+  it('updates changed costs only and reports the published rates that moved', () => {
+    const plan = planPriceSync(
+      [model],
+      [a, b],
+      new Map([
+        ['a', new Map([['up', { input: 0.5, output: 0.1 }]])],
+        ['b', new Map([['up2', { input: 0.1, output: 0.1 }]])],
+      ]),
+      0.2,
+    );
+    expect(plan.updated).toEqual([{ ...a, cost: { input: 0.5, output: 0.1 } }]);
+    expect(plan.republished).toEqual([
+      { model: model.id, before: model.rates, after: { input: 0.6, output: 0.8, cachedInput: 0.1 } },
+    ]);
+  });
+
+  it('keeps a cost when the provider was not read, has no prices, or does not list the model', () => {
+    const plan = planPriceSync(
+      [model],
+      [a, b],
+      new Map([
+        ['a', null],
+        ['b', new Map([['other', { input: 9 }]])],
+      ]),
+      0.2,
+    );
+    expect(plan).toEqual({ updated: [], republished: [] });
+  });
+});
