@@ -10,9 +10,12 @@
  *                                               a volume account's custom quota (replaces the tier's limits)
  *   wallet topup ACCOUNT_ID USD --reference REF credit a top-up (min 1 USD; REF makes it happen once)
  *   wallet show ACCOUNT_ID                      balance, available, owed, open holds and the ledger
+ *   registry …, models …, deployments …         the model registry: see admin/registry-commands.ts and
+ *                                               docs/registry.md
  *
  * Target: the stack `npm start` is running (found through .local/stack.json), or the tables named by
- * ACCOUNTS_TABLE (with the standard AWS_* variables, e.g. AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION).
+ * ACCOUNTS_TABLE (with the standard AWS_* variables, e.g. AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION); the
+ * registry commands use REGISTRY_TABLE.
  */
 import { parseArgs } from 'node:util';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
@@ -22,6 +25,8 @@ import { NANO_PER_USD, usdToNano } from '#core/pricing.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readStackFile } from '#local/stack-file.ts';
+import { REGISTRY_GROUPS, REGISTRY_USAGE, runRegistryCommand } from './admin/registry-commands.ts';
+import { UsageError } from './admin/usage-error.ts';
 
 const USAGE = `usage: npm run admin -- <command>
   accounts create [--id ID] [--name NAME]
@@ -31,12 +36,11 @@ const USAGE = `usage: npm run admin -- <command>
   keys list ACCOUNT_ID
   keys revoke ACCOUNT_ID KEY_PREFIX
   wallet topup ACCOUNT_ID USD --reference REF
-  wallet show ACCOUNT_ID`;
+  wallet show ACCOUNT_ID
+${REGISTRY_USAGE}`;
 
 /** Spec §1: the minimum wallet top-up. */
 const MIN_TOP_UP_USD = 1;
-
-class UsageError extends Error {}
 
 interface Target {
   readonly client: DynamoDBClientConfig;
@@ -76,6 +80,7 @@ const positiveInteger = (value: string | undefined, name: string): number | unde
 const usd = (nano: number) => (nano / NANO_PER_USD).toFixed(9);
 
 export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<string> => {
+  if (REGISTRY_GROUPS.has(argv[0] ?? '')) return runRegistryCommand(argv, env);
   const { positionals, values } = parseArgs({
     args: [...argv],
     allowPositionals: true,

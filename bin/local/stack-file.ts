@@ -13,6 +13,8 @@ export interface StackFile {
   readonly url: string;
   readonly emulators: EmulatorEndpoints;
   readonly resources: Provisioned;
+  /** The stack's upstream simulator (what `{{SIMULATOR_URL}}` stands for in a registry file), if it runs one. */
+  readonly simulatorUrl?: string | null;
 }
 
 export const readStackFile = (): StackFile | null =>

@@ -44,7 +44,9 @@ export const deploymentSchema = z.strictObject({
   baseUrl: z.url({ protocol: /^https?$/ }),
   upstreamModel: z.string().min(1),
   keyRefs: z
-    .array(z.string().regex(/^(env|secretsmanager):.+$/, 'secret references look like env:NAME'))
+    .array(
+      z.string().regex(/^(env|secretsmanager):.+$/, 'secret references are env:NAME or secretsmanager:ID'),
+    )
     .default([]),
   priority: z.number().int().default(1),
   weight: z.number().nonnegative().default(1),
@@ -59,15 +61,24 @@ export const deploymentSchema = z.strictObject({
   status: z.enum(['active', 'retired']).default('active'),
 }) satisfies z.ZodType<Deployment, unknown>;
 
-/** Human-readable path of the first problem, e.g. `models[3].rates.input: expected number`. */
-export const describeIssues = (error: z.ZodError, root = ''): string =>
-  error.issues
-    .map((issue) => {
-      const path = issue.path.reduce<string>(
-        (acc, part) =>
-          typeof part === 'number' ? `${acc}[${part}]` : acc ? `${acc}.${String(part)}` : String(part),
-        root,
-      );
-      return `${path || '(root)'}: ${issue.message}`;
-    })
-    .join('; ');
+/** `models[3].rates.input`: the path of an issue as an operator writes it. */
+export const formatPath = (path: readonly PropertyKey[], root = ''): string =>
+  path.reduce<string>(
+    (acc, part) =>
+      typeof part === 'number' ? `${acc}[${part}]` : acc ? `${acc}.${String(part)}` : String(part),
+    root,
+  ) || '(root)';
+
+/**
+ * One line per problem, each naming its field, e.g. `models[3].rates.input: expected number`. An unknown
+ * field is named by its own path (`deployments[1].baseURL: unknown field`) rather than by its parent's.
+ */
+export const issueList = (error: z.ZodError, root = ''): string[] =>
+  error.issues.flatMap((issue) =>
+    issue.code === 'unrecognized_keys'
+      ? issue.keys.map((key) => `${formatPath([...issue.path, key], root)}: unknown field`)
+      : [`${formatPath(issue.path, root)}: ${issue.message}`],
+  );
+
+/** Every problem on one line, e.g. `models[3].rates.input: expected number; models[4].id: …`. */
+export const describeIssues = (error: z.ZodError, root = ''): string => issueList(error, root).join('; ');

@@ -1,0 +1,464 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
+import { parseRegistryFileText, toRegistryFile } from '#adapters/registry-file.ts';
+import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
+import { provision } from '#local/provision.ts';
+import { readRegistryFile } from '#local/registry-file.ts';
+import { startTestStack, type TestStack } from '#test/stack.ts';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const EXAMPLE = join(ROOT, 'registry/example.json');
+const SIMULATOR_URL = 'http://127.0.0.1:4010';
+
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'svc-registry-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** A fresh registry table on the shared emulators. */
+const registryTable = async () =>
+  (await provision(inject('emulators'), `r${randomBytes(4).toString('hex')}`)).tables.registry;
+
+const writeJson = (name: string, value: unknown): string => {
+  const path = join(dir, name);
+  writeFileSync(path, typeof value === 'string' ? value : JSON.stringify(value, null, 2));
+  return path;
+};
+
+interface Run {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** The admin CLI as an operator runs it against AWS: REGISTRY_TABLE and the standard AWS_* variables. */
+const adminOn =
+  (table: string) =>
+  (...args: string[]): Promise<Run> =>
+    new Promise((resolve) => {
+      execFile(
+        process.execPath,
+        ['bin/admin.ts', ...args],
+        {
+          cwd: ROOT,
+          env: {
+            ...process.env,
+            ...LOCAL_AWS_ENV,
+            REGISTRY_TABLE: table,
+            AWS_ENDPOINT_URL_DYNAMODB: inject('emulators').dynamodb,
+            SIMULATOR_URL,
+            LOCAL_STACK_FILE: join(dir, 'no-stack.json'),
+          },
+        },
+        (error, stdout, stderr) => {
+          const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
+          resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
+        },
+      );
+    });
+
+/** The rows of a table the CLI printed, as arrays of cells (columns are two or more spaces apart). */
+const rows = (table: string): string[][] =>
+  table
+    .split('\n')
+    .slice(1)
+    .map((line) => line.split(/ {2,}/));
+
+const ok = (run: Run): string => {
+  expect(run, run.stderr).toMatchObject({ code: 0 });
+  return run.stdout;
+};
+
+describe('the registry through the admin CLI', () => {
+  let admin: ReturnType<typeof adminOn>;
+  beforeAll(async () => {
+    admin = adminOn(await registryTable());
+  });
+
+  it('loads a registry file and lists what it holds as tables', async () => {
+    const loaded = ok(await admin('registry', 'load', EXAMPLE));
+    expect(loaded).toContain('models:      4 added, 0 updated, 0 unchanged, 0 retired');
+    expect(loaded).toContain('deployments: 7 added, 0 updated, 0 unchanged, 0 retired');
+
+    const models = ok(await admin('models', 'list'));
+    expect(models.split('\n')[0]).toMatch(/^ID\s+KIND\s+FAMILY\s+STATUS\s+INPUT\s+OUTPUT/);
+    // Dated builds sit beside the undated id; the retired one is listed only with --all.
+    expect(rows(models).map((r) => r[0])).toEqual(['famA-v4.1-flash', 'famA-v4.1-flash-1017', 'svc-embed']);
+    expect(rows(models)[0]).toEqual([
+      'famA-v4.1-flash',
+      'chat',
+      'famA',
+      'active',
+      '0.25',
+      '0.8',
+      '-',
+      '1048576',
+      '-',
+      '3',
+    ]);
+    const all = rows(ok(await admin('models', 'list', '--all')));
+    expect(all.find((r) => r[0] === 'famA-v4-flash-0731')?.[3]).toBe('retired');
+
+    const deployments = rows(ok(await admin('deployments', 'list', '--model', 'famA-v4.1-flash')));
+    expect(deployments.map((r) => [r[0], r[3], r[4], r[7]])).toEqual([
+      ['famA-v4.1-flash@provider-a', 'openai-compatible', '1', '0.15/0.5'],
+      ['famA-v4.1-flash@provider-b', 'anthropic', '2', '0.2/0.72'],
+      ['famA-v4.1-flash@local-simulator', 'openai-compatible', '9', '0/0'],
+    ]);
+    // {{SIMULATOR_URL}} came from the SIMULATOR_URL variable.
+    expect(deployments[2]?.at(-1)).toBe(`${SIMULATOR_URL}/p/sim-a/v1`);
+  });
+
+  it('shows one model and one deployment as JSON', async () => {
+    expect(JSON.parse(ok(await admin('models', 'show', 'famA-v4.1-flash-1017')))).toMatchObject({
+      id: 'famA-v4.1-flash-1017',
+      rates: { input: 0.3, output: 0.85 },
+      status: 'active',
+    });
+    expect(JSON.parse(ok(await admin('deployments', 'show', 'famA-v4.1-flash@provider-b')))).toMatchObject({
+      adapter: 'anthropic',
+      keyRefs: ['env:PROVIDER_B_KEY'],
+      cost: { input: 0.2, output: 0.72 },
+    });
+    expect(await admin('models', 'show', 'famZ')).toMatchObject({ code: 1, stderr: 'no model "famZ"' });
+  });
+
+  it('adds a model and its deployment, refusing an existing id and a deployment of an unknown model', async () => {
+    const model = {
+      id: 'famB-5.3-flash',
+      family: 'famB',
+      kind: 'chat',
+      contextWindow: 327680,
+      rates: { input: 0.25, output: 0.7 },
+    };
+    const added = await admin('models', 'add', '--json', JSON.stringify(model));
+    expect(JSON.parse(ok(added))).toMatchObject({ ...model, status: 'active', flags: {} });
+    expect(added.stderr).toContain('has no active deployment');
+    expect(await admin('models', 'add', '--json', JSON.stringify(model))).toMatchObject({
+      code: 1,
+      stderr: 'model "famB-5.3-flash" already exists (models update changes it)',
+    });
+
+    const deployment = {
+      id: 'famB-5.3-flash@provider-c',
+      model: 'famB-5.3-flash',
+      provider: 'provider-c',
+      adapter: 'openai-compatible',
+      baseUrl: 'https://api.provider-c.example/v1',
+      upstreamModel: 'b-5.3-flash',
+      keyRefs: ['secretsmanager:svc/provider-c'],
+      cost: { input: 0.1, output: 0.3 },
+    };
+    const file = writeJson('deployment.json', deployment);
+    expect(JSON.parse(ok(await admin('deployments', 'add', '--file', file)))).toMatchObject({
+      ...deployment,
+      priority: 1,
+      weight: 1,
+    });
+    expect(await admin('deployments', 'add', '--file', file)).toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining('already exists'),
+    });
+
+    const orphan = { ...deployment, id: 'famZ@provider-c', model: 'famZ' };
+    expect(await admin('deployments', 'add', '--json', JSON.stringify(orphan))).toMatchObject({
+      code: 1,
+      stderr: 'invalid deployment:\n  model: unknown model "famZ"',
+    });
+    const wrongAdapter = {
+      ...deployment,
+      id: 'svc-embed@anthropic',
+      model: 'svc-embed',
+      adapter: 'anthropic',
+      cost: { input: 0.01 },
+    };
+    expect(await admin('deployments', 'add', '--json', JSON.stringify(wrongAdapter))).toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining('adapter: the anthropic adapter serves chat models only'),
+    });
+    const badUrl = { ...deployment, id: 'famB-5.3-flash@bad', baseUrl: 'nope' };
+    expect(await admin('deployments', 'add', '--json', JSON.stringify(badUrl))).toMatchObject({
+      code: 1,
+      stderr: 'invalid deployment:\n  baseUrl: Invalid URL',
+    });
+  });
+
+  it('updates with a merge patch validated after merging, refusing a missing id', async () => {
+    const updated = JSON.parse(
+      ok(await admin('models', 'update', 'famA-v4.1-flash', '--json', '{"rates":{"input":0.3}}')),
+    );
+    expect(updated.rates).toEqual({ input: 0.3, output: 0.8 });
+    expect(
+      await admin('models', 'update', 'famA-v4.1-flash', '--json', '{"rates":{"output":null}}'),
+    ).toMatchObject({
+      code: 1,
+      stderr: 'invalid model:\n  rates.output: chat models need an output rate',
+    });
+    // A change of kind is checked against the model's deployments too.
+    expect(
+      await admin(
+        'models',
+        'update',
+        'famA-v4.1-flash',
+        '--json',
+        '{"kind":"embedding","rates":{"output":null}}',
+      ),
+    ).toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining(
+        'deployment "famA-v4.1-flash@provider-b".adapter: the anthropic adapter serves chat models only',
+      ),
+    });
+    expect(await admin('models', 'update', 'famQ', '--json', '{"family":"famQ"}')).toMatchObject({
+      code: 1,
+      stderr: 'no model "famQ"',
+    });
+    expect(await admin('models', 'update', 'famA-v4.1-flash', '--json', '{"id":"famA-v5"}')).toMatchObject({
+      code: 1,
+      stderr: 'id: "famA-v4.1-flash" cannot be renamed',
+    });
+
+    const deployment = JSON.parse(
+      ok(
+        await admin(
+          'deployments',
+          'update',
+          'famA-v4.1-flash@provider-a',
+          '--json',
+          '{"priority":3,"timeouts":null,"cost":{"output":0.55}}',
+        ),
+      ),
+    );
+    expect(deployment).toMatchObject({ priority: 3, cost: { input: 0.15, output: 0.55 } });
+    expect(deployment.timeouts).toBeUndefined();
+    expect(
+      await admin('deployments', 'update', 'famA-v4.1-flash@provider-a', '--json', '{"model":"svc-embed"}'),
+    ).toMatchObject({ code: 1, stderr: expect.stringMatching(/^model: .* cannot move to another model/) });
+    expect(await admin('deployments', 'update', 'nope@x', '--json', '{"priority":1}')).toMatchObject({
+      code: 1,
+      stderr: 'no deployment "nope@x"',
+    });
+  });
+
+  it('retires models and deployments, never deleting them', async () => {
+    const model = JSON.parse(ok(await admin('models', 'retire', 'famB-5.3-flash')));
+    expect(model).toMatchObject({ id: 'famB-5.3-flash', status: 'retired', rates: { input: 0.25 } });
+    expect(rows(ok(await admin('models', 'list'))).map((r) => r[0])).not.toContain('famB-5.3-flash');
+    expect(rows(ok(await admin('models', 'list', '--all'))).map((r) => r[0])).toContain('famB-5.3-flash');
+
+    ok(await admin('deployments', 'retire', 'famA-v4.1-flash@provider-b'));
+    const listed = rows(ok(await admin('deployments', 'list', '--model', 'famA-v4.1-flash', '--all')));
+    expect(listed.find((r) => r[0] === 'famA-v4.1-flash@provider-b')?.[8]).toBe('retired');
+    expect(
+      rows(ok(await admin('deployments', 'list', '--model', 'famA-v4.1-flash'))).map((r) => r[0]),
+    ).toEqual(['famA-v4.1-flash@provider-a', 'famA-v4.1-flash@local-simulator']);
+    expect(await admin('models', 'retire', 'famQ')).toMatchObject({ code: 1, stderr: 'no model "famQ"' });
+  });
+
+  it('exports a registry file that loads into another registry and exports the same again', async () => {
+    const exported = ok(await admin('registry', 'export'));
+    const file = writeJson('exported.json', exported);
+    expect(ok(await admin('registry', 'check', file))).toMatch(/valid, 5 models and 8 deployments$/);
+    const registry = JSON.parse(exported);
+    expect(registry.models.find((m: { id: string }) => m.id === 'famB-5.3-flash').status).toBe('retired');
+
+    const other = adminOn(await registryTable());
+    expect(ok(await other('registry', 'load', file))).toContain('models:      5 added');
+    expect(ok(await other('registry', 'export'))).toBe(exported);
+    // Loading it again changes nothing.
+    expect(ok(await admin('registry', 'load', file))).toContain(
+      'models:      0 added, 0 updated, 5 unchanged, 0 retired',
+    );
+  });
+
+  it('with --replace, retires what the file no longer lists', async () => {
+    const example = JSON.parse(readFileSync(EXAMPLE, 'utf8'));
+    const onlyFlash = {
+      models: example.models.filter((m: { id: string }) => m.id === 'famA-v4.1-flash'),
+      deployments: example.deployments.filter((d: { model: string }) => d.model === 'famA-v4.1-flash'),
+    };
+    const loaded = ok(await admin('registry', 'load', writeJson('only-flash.json', onlyFlash), '--replace'));
+    // famA-v4.1-flash-1017 and svc-embed retire (famA-v4-flash-0731 and famB-5.3-flash already were), with
+    // their four deployments and famB-5.3-flash's; the file's famA-v4.1-flash entries undo earlier updates.
+    expect(loaded).toContain('models:      0 added, 1 updated, 0 unchanged, 2 retired');
+    expect(loaded).toContain('deployments: 0 added, 2 updated, 1 unchanged, 5 retired');
+    expect(rows(ok(await admin('models', 'list'))).map((r) => r[0])).toEqual(['famA-v4.1-flash']);
+    expect(rows(ok(await admin('deployments', 'list'))).map((r) => r[0])).toEqual([
+      'famA-v4.1-flash@provider-a',
+      'famA-v4.1-flash@provider-b',
+      'famA-v4.1-flash@local-simulator',
+    ]);
+    expect(rows(ok(await admin('models', 'list', '--all')))).toHaveLength(5);
+  });
+
+  it('refuses an invalid file with every bad field named, and writes nothing', async () => {
+    const before = ok(await admin('registry', 'export'));
+    const example = JSON.parse(readFileSync(EXAMPLE, 'utf8'));
+    example.models.push({
+      id: 'famC-k3',
+      family: 'famC',
+      kind: 'chat',
+      contextWindow: 1048576,
+      rates: { input: 3.85, output: 19.25 },
+    });
+    example.deployments[1].model = 'famZ';
+    example.deployments[3].baseUrl = 'api.provider-a.example/v1';
+    const refused = await admin('registry', 'load', writeJson('bad.json', example), '--replace');
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('is not a valid registry file:');
+    expect(refused.stderr).toContain('deployments[1].model: unknown model "famZ"');
+    expect(refused.stderr).toContain('deployments[3].baseUrl: Invalid URL');
+    expect(refused.stdout).toBe('');
+    expect(ok(await admin('registry', 'export'))).toBe(before);
+  });
+
+  it('exits 2 on a wrong command line, with the usage', async () => {
+    expect(await admin('models', 'show')).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('missing MODEL_ID'),
+    });
+    expect(await admin('models', 'add')).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--json'),
+    });
+    expect(await admin('models', 'list', '--bogus')).toMatchObject({ code: 2 });
+    expect(await admin('registry', 'frobnicate')).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('registry load FILE [--replace]'),
+    });
+  });
+});
+
+describe('REGISTRY_FILE on the local host', () => {
+  const file = () =>
+    writeJson('local.json', {
+      models: [
+        {
+          id: 'famA-v4.1-flash',
+          family: 'famA',
+          kind: 'chat',
+          contextWindow: 1048576,
+          rates: { input: 0.25, output: 0.8 },
+        },
+        {
+          id: 'famA-v4.1-flash-1017',
+          family: 'famA',
+          kind: 'chat',
+          contextWindow: 1048576,
+          rates: { input: 0.3, output: 0.85 },
+        },
+        {
+          id: 'famA-v4-flash-0731',
+          family: 'famA',
+          kind: 'chat',
+          contextWindow: 1048576,
+          rates: { input: 0.09, output: 0.15 },
+          status: 'retired',
+        },
+      ],
+      deployments: ['famA-v4.1-flash', 'famA-v4.1-flash-1017', 'famA-v4-flash-0731'].map((model) => ({
+        id: `${model}@file-sim`,
+        model,
+        provider: 'file-sim',
+        adapter: 'openai-compatible',
+        baseUrl: '{{SIMULATOR_URL}}/p/file-sim/v1',
+        upstreamModel: model,
+        keyRefs: ['env:SIM_A_KEY_1'],
+        cost: { input: 0.01, output: 0.02 },
+      })),
+    });
+
+  let t: TestStack;
+  let path: string;
+  beforeAll(async () => {
+    path = file();
+    t = await startTestStack({ registryFile: path });
+  });
+  afterAll(() => t?.stop());
+
+  const chat = (model: string) =>
+    t.post('/chat/completions', { model, messages: [{ role: 'user', content: 'hi' }] });
+
+  it("serves exactly the file's models, through the file's deployments", async () => {
+    for (const model of ['famA-v4.1-flash', 'famA-v4.1-flash-1017']) {
+      const res = await chat(model);
+      expect(res.status, model).toBe(200);
+      expect(res.headers.get('x-svc-provider')).toBe('file-sim');
+    }
+    // Retired in the file (though its deployment is active), and in the catalog but not in the file.
+    for (const model of ['famA-v4-flash-0731', 'famB-5.3-flash']) {
+      const res = await chat(model);
+      expect(res.status, model).toBe(404);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
+    }
+  });
+
+  it('seeds the registry table with the file and nothing else', async () => {
+    const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
+    try {
+      const stored = await new DynamoRegistry(client, t.stack.resources.tables.registry).load();
+      const expected = parseRegistryFileText(readFileSync(path, 'utf8'), { simulatorUrl: t.simulator.url });
+      expect(toRegistryFile(stored)).toEqual(toRegistryFile(expected));
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it('retires what a persisted registry kept from an earlier run', async () => {
+    const table = await registryTable();
+    const client = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
+    try {
+      const registry = new DynamoRegistry(client, table);
+      const earlier = parseRegistryFileText(readFileSync(EXAMPLE, 'utf8'), { simulatorUrl: SIMULATOR_URL });
+      await registry.put(earlier.models, earlier.deployments);
+      const local = readRegistryFile(path);
+      const deployments = local.deployments(SIMULATOR_URL);
+      await registry.put(local.models, deployments);
+      await local.retireUnlisted(inject('emulators').dynamodb, table, deployments);
+      const { models } = await registry.load();
+      expect(
+        models
+          .filter((m) => m.status === 'active')
+          .map((m) => m.id)
+          .sort(),
+      ).toEqual(['famA-v4.1-flash', 'famA-v4.1-flash-1017']);
+      expect(models.find((m) => m.id === 'svc-embed')?.status).toBe('retired');
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it('makes npm start exit non-zero before serving, naming the bad field', async () => {
+    const bad = JSON.parse(readFileSync(path, 'utf8'));
+    bad.deployments[0].baseUrl = 'localhost:8080/v1';
+    const run = await new Promise<Run>((resolve) => {
+      execFile(
+        process.execPath,
+        ['bin/local.ts'],
+        {
+          cwd: ROOT,
+          env: {
+            ...process.env,
+            PORT: '0',
+            REGISTRY_FILE: writeJson('bad-local.json', bad),
+            LOCAL_STACK_FILE: join(dir, 'stack.json'),
+          },
+          timeout: 20_000,
+        },
+        (error, stdout, stderr) =>
+          resolve({ code: typeof error?.code === 'number' ? error.code : 0, stdout, stderr }),
+      );
+    });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('deployments[0].baseUrl: Invalid URL');
+    expect(run.stdout).not.toContain('gateway listening');
+    expect(run.stdout).not.toContain('DynamoDB Local listening');
+  });
+});
