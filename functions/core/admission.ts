@@ -128,6 +128,7 @@ export class Admission {
         throw new ServiceUnavailableError(
           'The accounting store is unreachable; the request was not served.',
           error,
+          'accounting',
         );
       }
 
@@ -164,6 +165,8 @@ export class Admission {
     }
     throw new ServiceUnavailableError(
       'The accounting store is too contended to admit the request right now.',
+      undefined,
+      'accounting',
     );
   }
 
@@ -175,10 +178,16 @@ export class Admission {
       throw new ServiceUnavailableError(
         'The account store is unreachable; the request was not served.',
         error,
+        'accounting',
       );
     }
     // A key whose account is gone is treated like a revoked key would be by an operator: no service.
-    if (!profile) throw new ServiceUnavailableError('The account behind this key is not available.');
+    if (!profile)
+      throw new ServiceUnavailableError(
+        'The account behind this key is not available.',
+        undefined,
+        'accounting',
+      );
     return profile;
   }
 

@@ -49,6 +49,7 @@ export class Authenticator {
       throw new ServiceUnavailableError(
         'The account store is unreachable; the request was not served.',
         error,
+        'accounting',
       );
     }
     if (record === null || record.revoked) throw new AuthenticationError();

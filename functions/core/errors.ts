@@ -134,6 +134,12 @@ export class InternalError extends ApiError {
 }
 
 /**
+ * Why a 503 happened. The client sees the same body for all three; the usage report does not: an empty
+ * registry or a model nothing can serve is an incident (ADR 0008), an unreachable store is a platform fault.
+ */
+export type UnavailableReason = 'registry_empty' | 'no_eligible_model' | 'accounting';
+
+/**
  * 503: nothing can serve the request — no eligible deployment, an empty registry, or the accounting
  * store is unreachable (we fail closed rather than serve unmetered). The code follows ARCHITECTURE.md §8.
  */
@@ -141,8 +147,10 @@ export class ServiceUnavailableError extends ApiError {
   override readonly name = 'ServiceUnavailableError';
   readonly status = 503;
   readonly type = 'service_unavailable';
-  constructor(message: string, cause?: unknown) {
+  readonly reason: UnavailableReason;
+  constructor(message: string, cause?: unknown, reason: UnavailableReason = 'no_eligible_model') {
     super(message, 'no_eligible_model', { cause, headers: { 'retry-after': '1' } });
+    this.reason = reason;
   }
 }
 

@@ -1,5 +1,5 @@
 import type { SettlementPlan } from './accounting.ts';
-import { ApiError } from './errors.ts';
+import { ApiError, ServiceUnavailableError, type UnavailableReason } from './errors.ts';
 import type { Attempt, FailureKind } from './fallback.ts';
 import type { Usage } from './usage.ts';
 import { aggregatesFor, faultFor } from './usage-aggregates.ts';
@@ -24,7 +24,8 @@ export type Outcome =
   | 'internal_error';
 
 export interface Fault {
-  readonly kind: FailureKind | 'internal' | 'client';
+  /** How it failed: an upstream failure kind, a 503's reason, `internal`, or `client` (the caller's error). */
+  readonly kind: FailureKind | UnavailableReason | 'internal' | 'client';
   readonly status: number | null;
   /** Operator-facing text; never contains keys or request content. */
   readonly detail: string;
@@ -94,7 +95,12 @@ export const classifyError = (error: unknown): { outcome: Outcome; status: numbe
     };
   }
   const outcome = outcomeForStatus(error);
-  const kind = error.status >= 500 || error.code === 'engine_overloaded' ? upstreamKind(error) : 'client';
+  const kind =
+    error instanceof ServiceUnavailableError
+      ? error.reason
+      : error.status >= 500 || error.code === 'engine_overloaded'
+        ? upstreamKind(error)
+        : 'client';
   return { outcome, status: error.status, fault: { kind, status: error.status, detail: error.message } };
 };
 

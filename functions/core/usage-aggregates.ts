@@ -7,12 +7,19 @@ import type { Outcome, SettlementRecord } from './settlement.ts';
 export interface AggregateIncrement {
   /** UTC day, `YYYY-MM-DD`. */
   readonly day: string;
-  /** What is counted: `model#<id>` (`model#-` for calls without a valid model), or `status#<group>#<status>`. */
+  /**
+   * What is counted:
+   * - `model#<id>` (`model#-` for calls without a valid model): requests, successes, faults, tokens, …;
+   * - `status#<group>#<status>`: the error funnel's `count`;
+   * - `minutes#<HH>`: one UTC hour's per-minute counters `r<MM>` (calls the platform was asked to serve:
+   *   successes and faults, not the caller's own errors), `e<MM>` (5xx of a model or `platform`) and `u<MM>`
+   *   (503s of the `incident` group) — what incident detection reads (ADR 0008).
+   */
   readonly subject: string;
   readonly counters: Readonly<Record<string, number>>;
 }
 
-/** One fault for the report's recent-faults list. `detail` is operator text without user data. */
+/** One fault for the report's recent-faults list. `detail` is fixed text built from the record's fields. */
 export interface FaultEntry {
   readonly at: number;
   readonly day: string;
@@ -34,12 +41,26 @@ const PLATFORM_FAULTS: ReadonlySet<Outcome> = new Set([
   'internal_error',
 ]);
 
+const isSuccess = (record: SettlementRecord): boolean =>
+  record.outcome === 'success' || record.outcome === 'client_aborted';
+
+/**
+ * A 503 because nothing could serve the model: the registry read as empty, or no deployment was eligible.
+ * Every such call is part of an incident by rule (ADR 0008); a 503 because the accounting store could not be
+ * reached (`accounting`) is an ordinary platform fault.
+ */
+const isNoEligibleModel = (record: SettlementRecord): boolean =>
+  record.outcome === 'unavailable' &&
+  (record.fault?.kind === 'registry_empty' || record.fault?.kind === 'no_eligible_model');
+
 /**
  * Where a non-success lands in the error funnel: the caller's mistakes and tier refusals under `agent-error`
- * (counted apart from downtime, spec §7), upstream faults under their model, everything else under `platform`.
+ * (counted apart from downtime, spec §7), 503s for want of an eligible model under `incident`, upstream faults
+ * under their model, everything else under `platform`.
  */
 export const funnelGroup = (record: SettlementRecord): string => {
   if (!PLATFORM_FAULTS.has(record.outcome)) return 'agent-error';
+  if (isNoEligibleModel(record)) return 'incident';
   if (record.outcome === 'unavailable' || record.outcome === 'internal_error') return 'platform';
   return record.model ?? 'platform';
 };
@@ -48,9 +69,12 @@ export const funnelGroup = (record: SettlementRecord): string => {
 const funnelStatus = (record: SettlementRecord): number =>
   record.outcome === 'stream_interrupted' ? 500 : record.status;
 
+const pad2 = (n: number): string => String(n).padStart(2, '0');
+
 export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] => {
-  const day = utcDay(record.timings.receivedAt);
-  const success = record.outcome === 'success' || record.outcome === 'client_aborted';
+  const at = record.timings.receivedAt;
+  const day = utcDay(at);
+  const success = isSuccess(record);
   const fault = PLATFORM_FAULTS.has(record.outcome);
   const tokens = success && record.usage ? record.usage.promptTokens + record.usage.completionTokens : 0;
   const increments: AggregateIncrement[] = [];
@@ -86,17 +110,111 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
       counters: { count: 1 },
     });
   }
+  // The caller's own errors say nothing about the platform's health: they stay out of the minute counters.
+  if (success || fault) {
+    const time = new Date(at);
+    const minute = pad2(time.getUTCMinutes());
+    const group = fault ? funnelGroup(record) : null;
+    increments.push({
+      day,
+      subject: `minutes#${pad2(time.getUTCHours())}`,
+      counters: {
+        [`r${minute}`]: 1,
+        ...(group === 'incident' ? { [`u${minute}`]: 1 } : {}),
+        ...(group !== null && group !== 'incident' && funnelStatus(record) >= 500
+          ? { [`e${minute}`]: 1 }
+          : {}),
+      },
+    });
+  }
   return increments;
 };
 
+/** How an upstream or platform failure is named in public: fixed words, never a message we did not write. */
+const KIND_TEXT: Readonly<Record<string, string>> = {
+  connect: 'connection refused',
+  dropped: 'connection dropped',
+  timeout: 'timed out',
+  overloaded: 'overloaded',
+  rate_limited: 'upstream quota exhausted',
+  server_error: 'upstream server error',
+  auth: 'upstream key refused',
+  protocol: 'malformed upstream reply',
+  rejected: 'request rejected upstream',
+  internal: 'internal error',
+};
+
+const AGENT_TEXT: Readonly<Record<number, string>> = {
+  400: 'invalid request',
+  401: 'missing or invalid API key',
+  402: 'insufficient wallet balance',
+  404: 'model not found',
+  413: 'request too large',
+  429: 'rate limit of the account’s tier',
+};
+
+const attemptsText = (record: SettlementRecord): string =>
+  `${record.attempts.length} attempt${record.attempts.length === 1 ? '' : 's'}`;
+
+/**
+ * The public detail of a fault. Error messages can echo what the caller sent (an unknown model id, a
+ * parameter name) or describe an account (a 402 names the balance), and upstream messages are not ours:
+ * none of them is copied. The detail is composed from the outcome, the failure kind, the status and the
+ * attempt count only, so it can name no user, key or account.
+ */
+export const faultDetail = (record: SettlementRecord): string => {
+  const kind = KIND_TEXT[record.fault?.kind ?? ''] ?? 'internal error';
+  switch (record.outcome) {
+    case 'stream_interrupted':
+      return `stream interrupted after the first byte: ${kind}`;
+    case 'upstream_error':
+      return `every deployment failed (${attemptsText(record)}; last: ${kind})`;
+    case 'overloaded':
+      return `every deployment overloaded (${attemptsText(record)})`;
+    case 'unavailable':
+      if (record.fault?.kind === 'registry_empty') return 'no eligible model: the model registry is empty';
+      if (record.fault?.kind === 'no_eligible_model') return 'no eligible model: no deployment can serve it';
+      return 'accounting store unavailable: refused rather than served unmetered';
+    case 'internal_error':
+      return 'internal error';
+    default:
+      return AGENT_TEXT[record.status] ?? `client error ${record.status}`;
+  }
+};
+
 export const faultFor = (record: SettlementRecord): FaultEntry | null => {
-  if (record.outcome === 'success' || record.outcome === 'client_aborted') return null;
+  if (isSuccess(record)) return null;
   return {
     at: record.timings.receivedAt,
     day: utcDay(record.timings.receivedAt),
     requestId: record.requestId,
     group: funnelGroup(record),
     status: funnelStatus(record),
-    detail: record.fault?.detail ?? record.outcome,
+    detail: faultDetail(record),
   };
+};
+
+/** A usage-table subject, decoded (the inverse of the subjects written above). */
+export type Subject =
+  | { readonly type: 'model'; readonly model: string | null }
+  | { readonly type: 'status'; readonly group: string; readonly status: number }
+  | { readonly type: 'minutes'; readonly hour: number }
+  | { readonly type: 'unknown' };
+
+export const parseSubject = (subject: string): Subject => {
+  if (subject.startsWith('model#')) {
+    const model = subject.slice(6);
+    return { type: 'model', model: model === '-' ? null : model };
+  }
+  if (subject.startsWith('status#')) {
+    // Model ids cannot contain `#`, so the status is whatever follows the last one.
+    const cut = subject.lastIndexOf('#');
+    const status = Number(subject.slice(cut + 1));
+    if (cut > 7 && Number.isInteger(status)) return { type: 'status', group: subject.slice(7, cut), status };
+  }
+  if (subject.startsWith('minutes#')) {
+    const hour = Number(subject.slice(8));
+    if (Number.isInteger(hour) && hour >= 0 && hour < 24) return { type: 'minutes', hour };
+  }
+  return { type: 'unknown' };
 };

@@ -1,0 +1,134 @@
+/**
+ * Incident detection over the per-minute counters the settlement consumer keeps (ADR 0008). Pure: the
+ * report handler reads the counters, this decides which minutes were down and how they group into incidents.
+ */
+
+const MINUTE_MS = 60_000;
+
+/** What one UTC minute saw, from the usage table's `minutes#<HH>` items. */
+export interface MinuteCounts {
+  /** Epoch ms of the minute's start. */
+  readonly at: number;
+  /** Calls the platform was asked to serve: successes and platform faults (not the caller's own errors). */
+  readonly requests: number;
+  /** 5xx answered for a model or the `platform` group (upstream faults after fallbacks, broken streams, …). */
+  readonly serverErrors: number;
+  /** 503s for want of an eligible model: the registry read as empty, or no deployment could serve. */
+  readonly noEligible: number;
+}
+
+export interface IncidentRule {
+  /** Length of the sliding window the error rate is measured over, minutes. */
+  readonly windowMinutes: number;
+  /** Share of the window's requests that must have failed with a 5xx (0–1). */
+  readonly errorRate: number;
+  /** …and at least this many 5xx in the window, so one failed call on a quiet night is not an outage. */
+  readonly minErrors: number;
+  /** Down minutes closer than this (minutes between them) belong to the same incident. */
+  readonly mergeGapMinutes: number;
+  /** An incident is RESOLVED once this many minutes have passed since its last down minute. */
+  readonly resolveAfterMinutes: number;
+}
+
+export const DEFAULT_INCIDENT_RULE: IncidentRule = {
+  windowMinutes: 5,
+  errorRate: 0.5,
+  minErrors: 3,
+  mergeGapMinutes: 5,
+  resolveAfterMinutes: 5,
+};
+
+export type Severity = 'MAJOR' | 'MINOR';
+export type IncidentStatus = 'ONGOING' | 'RESOLVED';
+
+export interface Incident {
+  readonly name: string;
+  readonly severity: Severity;
+  readonly status: IncidentStatus;
+  /** Epoch ms: start of the first down minute. */
+  readonly start: number;
+  /** Epoch ms: end of the last down minute. */
+  readonly end: number;
+  readonly downtimeMinutes: number;
+}
+
+const floorMinute = (ms: number): number => Math.floor(ms / MINUTE_MS) * MINUTE_MS;
+
+/**
+ * A minute is **down** when
+ * - any call in it got a 503 for want of an eligible model (nothing could be served), or
+ * - it had a 5xx itself, and over the `windowMinutes` ending with it at least `minErrors` calls failed with a
+ *   5xx and they were at least `errorRate` of the calls (quiet minutes count as zero).
+ *
+ * Down minutes less than `mergeGapMinutes` apart form one incident, whose downtime is its number of down
+ * minutes. It is MAJOR if in any of its minutes nothing could be served (a no-eligible-model 503, or every
+ * call failed), MINOR otherwise; ONGOING until `resolveAfterMinutes` have passed since its last down minute.
+ * Incidents are returned newest first.
+ */
+export const detectIncidents = (
+  minutes: readonly MinuteCounts[],
+  now: number,
+  rule: IncidentRule = DEFAULT_INCIDENT_RULE,
+): Incident[] => {
+  const byMinute = new Map<number, MinuteCounts>();
+  for (const m of minutes) {
+    const at = floorMinute(m.at);
+    const seen = byMinute.get(at);
+    byMinute.set(
+      at,
+      seen
+        ? {
+            at,
+            requests: seen.requests + m.requests,
+            serverErrors: seen.serverErrors + m.serverErrors,
+            noEligible: seen.noEligible + m.noEligible,
+          }
+        : { ...m, at },
+    );
+  }
+  const isDown = (m: MinuteCounts): boolean => {
+    if (m.noEligible > 0) return true;
+    if (m.serverErrors === 0) return false;
+    let requests = 0;
+    let errors = 0;
+    for (let i = 0; i < rule.windowMinutes; i++) {
+      const w = byMinute.get(m.at - i * MINUTE_MS);
+      requests += w?.requests ?? 0;
+      errors += w?.serverErrors ?? 0;
+    }
+    return errors >= rule.minErrors && errors >= rule.errorRate * requests;
+  };
+  const down = [...byMinute.values()].filter(isDown).sort((a, b) => a.at - b.at);
+
+  const groups: MinuteCounts[][] = [];
+  for (const m of down) {
+    const current = groups.at(-1);
+    const last = current?.at(-1);
+    if (current && last && m.at - (last.at + MINUTE_MS) < rule.mergeGapMinutes * MINUTE_MS) current.push(m);
+    else groups.push([m]);
+  }
+  return groups.map((group) => describe(group, now, rule)).sort((a, b) => b.start - a.start);
+};
+
+const describe = (group: readonly MinuteCounts[], now: number, rule: IncidentRule): Incident => {
+  const first = group[0] as MinuteCounts;
+  const last = group.at(-1) as MinuteCounts;
+  const end = last.at + MINUTE_MS;
+  const noEligible = group.some((m) => m.noEligible > 0);
+  const allFailed = group.some((m) => m.serverErrors + m.noEligible >= m.requests);
+  let name: string;
+  if (noEligible) name = 'Service unavailable: no eligible model (503)';
+  else {
+    const requests = group.reduce((sum, m) => sum + m.requests, 0);
+    const errors = group.reduce((sum, m) => sum + m.serverErrors, 0);
+    name = `Elevated error rate: ${Math.round((100 * errors) / Math.max(1, requests))}% of calls failed`;
+  }
+  return {
+    name,
+    severity: noEligible || allFailed ? 'MAJOR' : 'MINOR',
+    status: now - end < rule.resolveAfterMinutes * MINUTE_MS ? 'ONGOING' : 'RESOLVED',
+    start: first.at,
+    end,
+    downtimeMinutes: group.length,
+  };
+};

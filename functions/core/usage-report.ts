@@ -1,0 +1,282 @@
+import { DEFAULT_INCIDENT_RULE, detectIncidents, type IncidentRule, type MinuteCounts } from './incidents.ts';
+import type { Model } from './registry.ts';
+import { type FaultEntry, parseSubject, utcDay } from './usage-aggregates.ts';
+
+/**
+ * The public usage report (spec §2.6): anonymous aggregates over a 30-day window, published as `/usage.json`
+ * and read by the status page. Built from the usage table's rows by a pure function; the JSON Schema the site
+ * publishes (`site/usage.schema.json`) is generated from the zod schema of http/schemas/usage-report.ts.
+ */
+
+export const REPORT_WINDOW_DAYS = 30;
+/** How many of the most recent faults the report lists. */
+export const RECENT_FAULTS = 20;
+/** The service's own family (routers and aliases): not a model family with a frontier of its own. */
+export const SERVICE_FAMILY = 'svc';
+
+const DAY_MS = 86_400_000;
+const MINUTE_MS = 60_000;
+
+export type ModelStatus = 'up' | 'degraded recently' | 'live';
+
+export interface UsageReport {
+  readonly version: 1;
+  /** ISO 8601 UTC. */
+  readonly generated_at: string;
+  readonly window: { readonly days: number; readonly start: string; readonly end: string };
+  readonly totals: {
+    readonly requests: number;
+    readonly tokens: number;
+    readonly models_active: number;
+    readonly days_serving: number;
+    readonly uptime_percent: number;
+    readonly downtime_minutes: number;
+  };
+  readonly incidents: readonly {
+    readonly name: string;
+    readonly severity: 'MAJOR' | 'MINOR';
+    readonly status: 'ONGOING' | 'RESOLVED';
+    readonly start: string;
+    /** Null while the incident is ongoing. */
+    readonly end: string | null;
+    readonly downtime_minutes: number;
+  }[];
+  readonly tokens_per_day: readonly { readonly day: string; readonly tokens: number }[];
+  readonly models: readonly {
+    readonly id: string;
+    readonly requests: number;
+    readonly tokens: number;
+    readonly uptime_percent: number;
+    readonly faults: number;
+    readonly status: ModelStatus;
+  }[];
+  readonly frontier_models: readonly {
+    readonly id: string;
+    readonly family: string;
+    readonly requests: number;
+    readonly tokens: number;
+    readonly status: ModelStatus;
+  }[];
+  readonly error_funnel: readonly {
+    readonly group: string;
+    readonly status: number;
+    readonly count: number;
+    readonly label: string;
+  }[];
+  readonly recent_faults: readonly {
+    readonly at: string;
+    readonly group: string;
+    readonly status: number;
+    readonly detail: string;
+  }[];
+}
+
+/** One usage-table subject of one day, its counters summed over shards. */
+export interface AggregateRow {
+  readonly day: string;
+  readonly subject: string;
+  readonly counters: Readonly<Record<string, number>>;
+}
+
+/** Reads what settlement wrote to the usage table. */
+export interface UsageSource {
+  /** Every aggregate row of these UTC days. */
+  rows(days: readonly string[]): Promise<AggregateRow[]>;
+  /** The `limit` most recent faults of these days (given newest first), newest first. */
+  recentFaults(days: readonly string[], limit: number): Promise<FaultEntry[]>;
+}
+
+/** Where the report is published (the site bucket). */
+export interface SitePublisher {
+  putJson(key: string, body: string, cacheControl: string): Promise<void>;
+}
+
+/** The UTC days of the window ending at `now`, oldest first: today and the 29 before it. */
+export const windowDays = (now: number, days = REPORT_WINDOW_DAYS): string[] =>
+  Array.from({ length: days }, (_, i) => utcDay(now - (days - 1 - i) * DAY_MS));
+
+/** Rounded down, so any downtime or fault shows below 100. */
+const percent = (part: number, whole: number): number =>
+  whole <= 0 ? 100 : Math.floor((100_000 * part) / whole) / 1000;
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+/** The funnel's words for a (group, status) pair. */
+export const funnelLabel = (group: string, status: number): string => {
+  if (group === 'agent-error') {
+    const labels: Record<number, string> = {
+      400: 'invalid request',
+      401: 'invalid API key',
+      402: 'insufficient balance',
+      404: 'model not found',
+      413: 'request too large',
+      429: 'tier rate limit (not downtime)',
+    };
+    return labels[status] ?? 'client error';
+  }
+  if (group === 'incident') return 'no eligible model (incident)';
+  if (group === 'platform') return status === 503 ? 'accounting store unavailable' : 'platform fault';
+  if (status === 429) return 'upstream overloaded';
+  if (status >= 500) return 'upstream fault after fallbacks';
+  return 'upstream error';
+};
+
+interface ModelTotals {
+  requests: number;
+  successes: number;
+  faults: number;
+  tokens: number;
+  /** Faults on the report's UTC day and the day before: "recently". */
+  recentFaults: number;
+}
+
+export interface ReportInput {
+  /** Generation time, epoch ms. */
+  readonly now: number;
+  /** The registry's models (active and retired). */
+  readonly models: readonly Model[];
+  readonly rows: readonly AggregateRow[];
+  /** Most recent first; only the first RECENT_FAULTS are listed. */
+  readonly recentFaults: readonly FaultEntry[];
+  readonly rule?: IncidentRule;
+}
+
+/**
+ * Builds the report. Definitions (README, ADR 0008):
+ * - requests: every settled POST call; tokens: prompt + completion tokens of successful calls;
+ * - models active: models with at least one success in the window; days serving: UTC days with one;
+ * - uptime: minutes of the 30-day window not inside an incident (see incidents.ts);
+ * - a model's uptime: successes / (successes + faults), faults being upstream and platform failures
+ *   (not the caller's errors); its status `degraded recently` with a fault on the report's UTC day or the day
+ *   before, else `up` if it served anything in the window, else `live` (listed, routable, nothing to measure);
+ * - frontier models: per family except the service's own, the newest active chat model (largest `created`;
+ *   ties go to the highest output rate, then the highest id).
+ */
+export const buildUsageReport = (input: ReportInput): UsageReport => {
+  const { now } = input;
+  const days = windowDays(now);
+  const inWindow = new Set(days);
+  const recentDays = new Set([utcDay(now), utcDay(now - DAY_MS)]);
+
+  const models = new Map<string, ModelTotals>();
+  const tokensByDay = new Map<string, number>(days.map((d) => [d, 0]));
+  const servingDays = new Set<string>();
+  const funnel = new Map<string, { group: string; status: number; count: number }>();
+  const minutes: MinuteCounts[] = [];
+  let requests = 0;
+
+  for (const row of input.rows) {
+    if (!inWindow.has(row.day)) continue;
+    const c = (name: string) => row.counters[name] ?? 0;
+    const subject = parseSubject(row.subject);
+    if (subject.type === 'model') {
+      requests += c('requests');
+      tokensByDay.set(row.day, (tokensByDay.get(row.day) ?? 0) + c('tokens'));
+      if (c('successes') > 0) servingDays.add(row.day);
+      if (subject.model === null) continue;
+      const totals = models.get(subject.model) ?? {
+        requests: 0,
+        successes: 0,
+        faults: 0,
+        tokens: 0,
+        recentFaults: 0,
+      };
+      totals.requests += c('requests');
+      totals.successes += c('successes');
+      totals.faults += c('faults');
+      totals.tokens += c('tokens');
+      if (recentDays.has(row.day)) totals.recentFaults += c('faults');
+      models.set(subject.model, totals);
+    } else if (subject.type === 'status') {
+      const key = `${subject.group}#${subject.status}`;
+      const entry = funnel.get(key) ?? { group: subject.group, status: subject.status, count: 0 };
+      entry.count += c('count');
+      funnel.set(key, entry);
+    } else if (subject.type === 'minutes') {
+      const hourStart = Date.parse(`${row.day}T00:00:00Z`) + subject.hour * 3_600_000;
+      for (let minute = 0; minute < 60; minute++) {
+        const mm = String(minute).padStart(2, '0');
+        const counts = { requests: c(`r${mm}`), serverErrors: c(`e${mm}`), noEligible: c(`u${mm}`) };
+        if (counts.requests + counts.serverErrors + counts.noEligible === 0) continue;
+        minutes.push({ at: hourStart + minute * MINUTE_MS, ...counts });
+      }
+    }
+  }
+
+  const incidents = detectIncidents(minutes, now, input.rule ?? DEFAULT_INCIDENT_RULE);
+  const downtime = incidents.reduce((sum, i) => sum + i.downtimeMinutes, 0);
+  const windowMinutes = REPORT_WINDOW_DAYS * 1440;
+
+  const empty: ModelTotals = { requests: 0, successes: 0, faults: 0, tokens: 0, recentFaults: 0 };
+  const statusOf = (t: ModelTotals): ModelStatus =>
+    t.recentFaults > 0 ? 'degraded recently' : t.successes > 0 ? 'up' : 'live';
+
+  // Every model the registry lists, and every model that was called in the window (even if retired since).
+  const listed = input.models.filter((m) => m.status === 'active').map((m) => m.id);
+  const modelIds = [...new Set([...listed, ...models.keys()])];
+  const modelRows = modelIds
+    .map((id) => {
+      const t = models.get(id) ?? empty;
+      return {
+        id,
+        requests: t.requests,
+        tokens: t.tokens,
+        uptime_percent: percent(t.successes, t.successes + t.faults),
+        faults: t.faults,
+        status: statusOf(t),
+      };
+    })
+    .sort((a, b) => b.requests - a.requests || b.tokens - a.tokens || a.id.localeCompare(b.id));
+
+  const frontier = new Map<string, Model>();
+  for (const m of input.models) {
+    if (m.kind !== 'chat' || m.status !== 'active' || m.family === SERVICE_FAMILY) continue;
+    const best = frontier.get(m.family);
+    if (!best || newer(m, best)) frontier.set(m.family, m);
+  }
+
+  return {
+    version: 1,
+    generated_at: iso(now),
+    window: { days: REPORT_WINDOW_DAYS, start: `${days[0]}T00:00:00.000Z`, end: iso(now) },
+    totals: {
+      requests,
+      tokens: [...tokensByDay.values()].reduce((a, b) => a + b, 0),
+      models_active: [...models.values()].filter((t) => t.successes > 0).length,
+      days_serving: servingDays.size,
+      uptime_percent: percent(windowMinutes - downtime, windowMinutes),
+      downtime_minutes: downtime,
+    },
+    incidents: incidents.map((i) => ({
+      name: i.name,
+      severity: i.severity,
+      status: i.status,
+      start: iso(i.start),
+      end: i.status === 'ONGOING' ? null : iso(i.end),
+      downtime_minutes: i.downtimeMinutes,
+    })),
+    tokens_per_day: days.map((day) => ({ day, tokens: tokensByDay.get(day) ?? 0 })),
+    models: modelRows,
+    frontier_models: [...frontier.values()]
+      .sort((a, b) => a.family.localeCompare(b.family))
+      .map((m) => {
+        const t = models.get(m.id) ?? empty;
+        return { id: m.id, family: m.family, requests: t.requests, tokens: t.tokens, status: statusOf(t) };
+      }),
+    error_funnel: [...funnel.values()]
+      .filter((f) => f.count > 0)
+      .sort((a, b) => b.count - a.count || a.group.localeCompare(b.group) || a.status - b.status)
+      .map((f) => ({ ...f, label: funnelLabel(f.group, f.status) })),
+    recent_faults: [...input.recentFaults]
+      .sort((a, b) => b.at - a.at)
+      .slice(0, RECENT_FAULTS)
+      .map((f) => ({ at: iso(f.at), group: f.group, status: f.status, detail: f.detail })),
+  };
+};
+
+const newer = (a: Model, b: Model): boolean => {
+  if (a.created !== b.created) return a.created > b.created;
+  const rate = (m: Model) => m.rates.output ?? m.rates.input;
+  if (rate(a) !== rate(b)) return rate(a) > rate(b);
+  return a.id > b.id;
+};

@@ -1,0 +1,219 @@
+// The status page: reads /usage.json (spec §2.6) and renders it. No framework, no third-party requests; every
+// value goes in through textContent or an SVG attribute, never as markup.
+
+const SVG = 'http://www.w3.org/2000/svg';
+const integer = new Intl.NumberFormat('en-US');
+const compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
+
+/** 99.993 → "99.993%": the report already rounds down to three decimals. */
+const percent = (value) => `${value}%`;
+
+/** "2026-11-22T12:10:00.000Z" → "2026-11-22 12:10 UTC". */
+const utc = (iso) => `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC`;
+
+const el = (tag, attributes = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  for (const child of children) node.append(child);
+  return node;
+};
+
+const svg = (tag, attributes = {}, text) => {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+};
+
+const field = (name, text) => {
+  for (const node of document.querySelectorAll(`[data-field="${name}"]`)) node.textContent = text;
+};
+
+const statusTag = (status) =>
+  el('span', { class: `tag ${status === 'degraded recently' ? 'degraded' : status}` }, status);
+
+/** A table row whose cells carry their column's label, for the stacked layout on phones. */
+const row = (table, cells) => {
+  const labels = [...table.querySelectorAll('thead th')].map((th) => th.textContent ?? '');
+  const tr = el('tr');
+  cells.forEach(([content, className], i) => {
+    const td = el('td', { 'data-label': labels[i] ?? '' }, content);
+    if (className) td.className = className;
+    tr.append(td);
+  });
+  return tr;
+};
+
+const fill = (id, items, cellsOf, emptyText) => {
+  const table = document.getElementById(id);
+  const body = table.querySelector('tbody');
+  body.replaceChildren();
+  if (items.length === 0) {
+    const columns = table.querySelectorAll('thead th').length;
+    body.append(el('tr', {}, el('td', { class: 'empty', colspan: String(columns) }, emptyText)));
+    return;
+  }
+  for (const item of items) body.append(row(table, cellsOf(item)));
+};
+
+const renderTotals = (report) => {
+  const { totals } = report;
+  field('totals.requests', integer.format(totals.requests));
+  field('totals.tokens', integer.format(totals.tokens));
+  field('totals.models_active', integer.format(totals.models_active));
+  field('totals.days_serving', integer.format(totals.days_serving));
+  field('totals.uptime_percent', percent(totals.uptime_percent));
+  field('totals.downtime_minutes', integer.format(totals.downtime_minutes));
+  const generated = document.getElementById('generated-at');
+  generated.dateTime = report.generated_at;
+  generated.textContent = utc(report.generated_at);
+  const ongoing = report.incidents.filter((i) => i.status === 'ONGOING');
+  const overall = document.getElementById('overall');
+  overall.dataset.state = ongoing.length > 0 ? 'incident' : 'up';
+  overall.textContent =
+    ongoing.length > 0 ? `Ongoing incident: ${ongoing[0].name}` : 'All systems operational';
+};
+
+/**
+ * Tokens per UTC day as an inline SVG bar chart, drawn at the figure's own width so its labels keep their
+ * size on a phone and on a desktop alike.
+ */
+const renderChart = (days) => {
+  const figure = document.getElementById('tokens-chart');
+  const width = Math.max(240, Math.round(figure.clientWidth - 24));
+  const height = 180;
+  const left = 44;
+  const bottom = 22;
+  const top = 8;
+  const plot = height - bottom - top;
+  const max = Math.max(1, ...days.map((d) => d.tokens));
+  const step = (width - left) / Math.max(1, days.length);
+  const chart = svg('svg', {
+    viewBox: `0 0 ${width} ${height}`,
+    role: 'img',
+    'aria-label': `Tokens per day, ${days[0]?.day ?? ''} to ${days.at(-1)?.day ?? ''}; peak ${integer.format(max)}`,
+  });
+  chart.append(
+    svg('line', { class: 'grid', x1: left, x2: width, y1: top, y2: top }),
+    svg('line', { class: 'grid', x1: left, x2: width, y1: top + plot, y2: top + plot }),
+    svg('text', { class: 'axis', x: left - 6, y: top + 4, 'text-anchor': 'end' }, compact.format(max)),
+    svg('text', { class: 'axis', x: left - 6, y: top + plot, 'text-anchor': 'end' }, '0'),
+  );
+  days.forEach((d, i) => {
+    const h = d.tokens === 0 ? 1 : Math.max(2, (d.tokens / max) * plot);
+    const bar = svg('rect', {
+      class: d.tokens === 0 ? 'bar zero' : 'bar',
+      x: (left + i * step + step * 0.15).toFixed(2),
+      y: (top + plot - h).toFixed(2),
+      width: (step * 0.7).toFixed(2),
+      height: h.toFixed(2),
+      'data-day': d.day,
+      'data-tokens': d.tokens,
+    });
+    bar.append(svg('title', {}, `${d.day}: ${integer.format(d.tokens)} tokens`));
+    chart.append(bar);
+  });
+  if (days.length > 0) {
+    const first = days[0].day.slice(5);
+    const last = days.at(-1).day.slice(5);
+    chart.append(
+      svg('text', { class: 'axis', x: left, y: height - 6 }, first),
+      svg('text', { class: 'axis', x: width, y: height - 6, 'text-anchor': 'end' }, last),
+    );
+  }
+  figure.querySelector('svg')?.remove();
+  figure.prepend(chart);
+};
+
+const renderIncidents = (incidents) => {
+  const list = document.getElementById('incidents');
+  list.replaceChildren();
+  if (incidents.length === 0) {
+    list.append(el('li', { class: 'none' }, 'No incidents in the last 30 days.'));
+    return;
+  }
+  for (const incident of incidents) {
+    const span = incident.end
+      ? `${utc(incident.start)} – ${utc(incident.end)}`
+      : `since ${utc(incident.start)}`;
+    list.append(
+      el(
+        'li',
+        { 'data-severity': incident.severity },
+        el('span', { class: 'name' }, incident.name),
+        el('span', { class: `tag ${incident.severity}` }, incident.severity),
+        ' ',
+        el('span', { class: `tag ${incident.status}` }, incident.status),
+        ' ',
+        el('span', { class: 'when' }, `${span} · ${integer.format(incident.downtime_minutes)} min downtime`),
+      ),
+    );
+  }
+};
+
+let resizing = null;
+
+const render = (report) => {
+  renderTotals(report);
+  renderChart(report.tokens_per_day);
+  window.addEventListener('resize', () => {
+    clearTimeout(resizing);
+    resizing = setTimeout(() => renderChart(report.tokens_per_day), 150);
+  });
+  renderIncidents(report.incidents);
+  fill(
+    'models',
+    report.models,
+    (m) => [
+      [m.id],
+      [integer.format(m.requests), 'num'],
+      [integer.format(m.tokens), 'num'],
+      [`${percent(m.uptime_percent)} (${integer.format(m.faults)} faults)`, 'num'],
+      [statusTag(m.status)],
+    ],
+    'No model has been called yet.',
+  );
+  fill(
+    'frontier',
+    report.frontier_models,
+    (m) => [
+      [m.id],
+      [m.family],
+      [integer.format(m.requests), 'num'],
+      [integer.format(m.tokens), 'num'],
+      [statusTag(m.status)],
+    ],
+    'No frontier model listed.',
+  );
+  fill(
+    'funnel',
+    report.error_funnel,
+    (f) => [[f.group], [String(f.status), 'num'], [integer.format(f.count), 'num'], [f.label, 'wide']],
+    'No errors recorded.',
+  );
+  fill(
+    'faults',
+    report.recent_faults,
+    (f) => [[utc(f.at)], [f.group], [String(f.status), 'num'], [f.detail, 'wide']],
+    'No faults recorded.',
+  );
+  document.body.dataset.loaded = 'true';
+};
+
+const load = async () => {
+  try {
+    const response = await fetch('usage.json', { cache: 'no-cache' });
+    if (!response.ok) throw new Error(`usage.json answered ${response.status}`);
+    render(await response.json());
+  } catch (error) {
+    const notice = document.getElementById('load-error');
+    notice.hidden = false;
+    notice.textContent = `The usage report could not be loaded (${error instanceof Error ? error.message : error}).`;
+    const overall = document.getElementById('overall');
+    overall.dataset.state = 'unknown';
+    overall.textContent = 'Status unknown';
+    document.body.dataset.loaded = 'error';
+  }
+};
+
+load();

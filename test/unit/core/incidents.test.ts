@@ -1,0 +1,110 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_INCIDENT_RULE, detectIncidents, type MinuteCounts } from '#core/incidents.ts';
+
+const T0 = Date.UTC(2026, 10, 22, 12, 0);
+const MIN = 60_000;
+
+/** Minute `i` after T0 with these counts. */
+const minute = (i: number, requests: number, serverErrors = 0, noEligible = 0): MinuteCounts => ({
+  at: T0 + i * MIN,
+  requests,
+  serverErrors,
+  noEligible,
+});
+
+describe('detectIncidents', () => {
+  it('finds nothing in healthy traffic, or in a few scattered faults', () => {
+    expect(detectIncidents([minute(0, 100), minute(1, 80, 2), minute(30, 1, 1)], T0 + 60 * MIN)).toEqual([]);
+  });
+
+  it('opens an incident when 5xx reach half of the window’s calls, with at least three of them', () => {
+    const [incident, ...rest] = detectIncidents([minute(10, 6, 4)], T0 + 40 * MIN);
+    expect(rest).toEqual([]);
+    expect(incident).toEqual({
+      name: 'Elevated error rate: 67% of calls failed',
+      severity: 'MINOR',
+      status: 'RESOLVED',
+      start: T0 + 10 * MIN,
+      end: T0 + 11 * MIN,
+      downtimeMinutes: 1,
+    });
+  });
+
+  it('measures the rate over the sliding window, so earlier healthy minutes dilute it', () => {
+    // 4 errors among 6 calls, but 20 good calls three minutes before: 4/26 is under 50 %.
+    expect(detectIncidents([minute(7, 20), minute(10, 6, 4)], T0 + 40 * MIN)).toEqual([]);
+    // The same good calls five minutes before are outside the window.
+    expect(detectIncidents([minute(5, 20), minute(10, 6, 4)], T0 + 40 * MIN)).toHaveLength(1);
+  });
+
+  it('needs at least minErrors 5xx in the window', () => {
+    expect(detectIncidents([minute(0, 2, 2)], T0 + 40 * MIN)).toEqual([]);
+    // Spread over the window they add up: the third error's minute is down, not the first two's.
+    const [incident] = detectIncidents([minute(0, 1, 1), minute(1, 1, 1), minute(2, 1, 1)], T0 + 40 * MIN);
+    expect(incident).toMatchObject({ start: T0 + 2 * MIN, downtimeMinutes: 1, severity: 'MAJOR' });
+  });
+
+  it('does not paint a healthy minute after an outage as down', () => {
+    const incidents = detectIncidents([minute(0, 5, 5), minute(1, 5)], T0 + 40 * MIN);
+    expect(incidents).toEqual([expect.objectContaining({ start: T0, end: T0 + MIN, downtimeMinutes: 1 })]);
+  });
+
+  it('makes any minute with a no-eligible-model 503 down, MAJOR, whatever the rate', () => {
+    const [incident] = detectIncidents([minute(20, 100, 0, 1)], T0 + 40 * MIN);
+    expect(incident).toEqual({
+      name: 'Service unavailable: no eligible model (503)',
+      severity: 'MAJOR',
+      status: 'RESOLVED',
+      start: T0 + 20 * MIN,
+      end: T0 + 21 * MIN,
+      downtimeMinutes: 1,
+    });
+  });
+
+  it('is MAJOR when every call of a minute failed', () => {
+    expect(detectIncidents([minute(3, 4, 4)], T0 + 40 * MIN)[0]?.severity).toBe('MAJOR');
+  });
+
+  it('merges down minutes less than mergeGapMinutes apart, counting only down minutes as downtime', () => {
+    const incidents = detectIncidents(
+      [minute(0, 3, 3), minute(1, 10), minute(2, 10), minute(4, 20, 20), minute(20, 1, 0, 1)],
+      T0 + 60 * MIN,
+    );
+    expect(incidents.map((i) => [i.start, i.end, i.downtimeMinutes])).toEqual([
+      [T0 + 20 * MIN, T0 + 21 * MIN, 1],
+      [T0, T0 + 5 * MIN, 2],
+    ]);
+  });
+
+  it('keeps down minutes mergeGapMinutes apart or more as separate incidents', () => {
+    const gap = DEFAULT_INCIDENT_RULE.mergeGapMinutes;
+    // Last down minute ends at T0+1; the next starts `gap` minutes later.
+    const incidents = detectIncidents([minute(0, 1, 0, 1), minute(1 + gap, 1, 0, 1)], T0 + 60 * MIN);
+    expect(incidents).toHaveLength(2);
+  });
+
+  it('is ONGOING until resolveAfterMinutes have passed since its last down minute', () => {
+    const counts = [minute(20, 2, 0, 2), minute(21, 1, 0, 1)];
+    const end = T0 + 22 * MIN;
+    expect(detectIncidents(counts, end + 4 * MIN + 59_999)[0]?.status).toBe('ONGOING');
+    expect(detectIncidents(counts, end + 5 * MIN)[0]?.status).toBe('RESOLVED');
+    expect(detectIncidents(counts, end)[0]).toMatchObject({ downtimeMinutes: 2, start: T0 + 20 * MIN, end });
+  });
+
+  it('adds up counts of the same minute (several shards) and ignores seconds within it', () => {
+    const incidents = detectIncidents(
+      [
+        { at: T0 + 15_000, requests: 2, serverErrors: 2, noEligible: 0 },
+        { at: T0 + 45_000, requests: 2, serverErrors: 1, noEligible: 0 },
+      ],
+      T0 + 60 * MIN,
+    );
+    expect(incidents).toEqual([
+      expect.objectContaining({
+        start: T0,
+        downtimeMinutes: 1,
+        name: 'Elevated error rate: 75% of calls failed',
+      }),
+    ]);
+  });
+});

@@ -1,0 +1,318 @@
+import { describe, expect, it } from 'vitest';
+import type { Model } from '#core/registry.ts';
+import type { Outcome, SettlementRecord } from '#core/settlement.ts';
+import { aggregatesFor, faultFor, parseSubject } from '#core/usage-aggregates.ts';
+import { type AggregateRow, buildUsageReport, windowDays } from '#core/usage-report.ts';
+import { chatModel } from '#test/fixtures.ts';
+
+const T0 = Date.UTC(2026, 10, 22, 12, 0);
+const MIN = 60_000;
+const DAY = 86_400_000;
+
+const USAGE = {
+  promptTokens: 10,
+  completionTokens: 5,
+  cachedPromptTokens: 0,
+  reasoningTokens: 0,
+  source: 'upstream',
+} as const;
+
+let n = 0;
+/** A settled call, by default a success of famA-a with 10 + 5 tokens, from an account that must never show. */
+const call = (overrides: Partial<SettlementRecord> & { at?: number } = {}): SettlementRecord => {
+  const { at = T0, ...rest } = overrides;
+  const id = `req_${String(n++).padStart(4, '0')}`;
+  return {
+    v: 1,
+    id,
+    requestId: id,
+    endpoint: 'chat.completions',
+    accountId: 'acct_secret42',
+    keyPrefix: 'svc_live_Sekr1t99',
+    model: 'famA-a',
+    deployment: 'famA-a@p1',
+    provider: 'p1',
+    stream: false,
+    status: 200,
+    outcome: 'success',
+    usage: USAGE,
+    cost: 100,
+    admission: null,
+    fault: null,
+    attempts: [],
+    timings: { receivedAt: at, firstByteMs: 5, totalMs: 10 },
+    ...rest,
+  };
+};
+
+const failed = (
+  outcome: Outcome,
+  status: number,
+  kind: string,
+  overrides: Partial<SettlementRecord> & { at?: number } = {},
+): SettlementRecord =>
+  call({
+    outcome,
+    status,
+    usage: null,
+    cost: 0,
+    fault: { kind: kind as never, status, detail: 'acct_secret42 svc_live_Sekr1t99 said something private' },
+    ...overrides,
+  });
+
+/** What the usage table holds after settling these calls, summed over shards as the adapter reads it. */
+const rowsOf = (records: readonly SettlementRecord[]): AggregateRow[] => {
+  const rows = new Map<string, { day: string; subject: string; counters: Record<string, number> }>();
+  for (const increment of records.flatMap(aggregatesFor)) {
+    const key = `${increment.day}|${increment.subject}`;
+    const row = rows.get(key) ?? { day: increment.day, subject: increment.subject, counters: {} };
+    for (const [name, value] of Object.entries(increment.counters))
+      row.counters[name] = (row.counters[name] ?? 0) + value;
+    rows.set(key, row);
+  }
+  return [...rows.values()];
+};
+
+const faultsOf = (records: readonly SettlementRecord[]) =>
+  records
+    .map(faultFor)
+    .filter((f) => f !== null)
+    .sort((a, b) => b.at - a.at);
+
+const models: Model[] = [
+  chatModel({ id: 'famA-a', family: 'famA', rates: { input: 1, output: 2 } }),
+  chatModel({ id: 'famA-b', family: 'famA', rates: { input: 1, output: 3 } }),
+  chatModel({ id: 'famA-old', family: 'famA', rates: { input: 9, output: 9 }, created: -1 }),
+  chatModel({ id: 'famB-x', family: 'famB', created: 5 }),
+  chatModel({ id: 'famB-y', family: 'famB', created: 7, status: 'retired' }),
+  chatModel({ id: 'svc-auto', family: 'svc', rates: { input: 50, output: 50 } }),
+  { ...chatModel({ id: 'famC-embed', family: 'famC' }), kind: 'embedding' },
+];
+
+const report = (records: readonly SettlementRecord[], now = T0 + 40 * MIN) =>
+  buildUsageReport({ now, models, rows: rowsOf(records), recentFaults: faultsOf(records) });
+
+describe('the usage aggregates settlement writes', () => {
+  it('keep the caller’s own errors out of the minute counters', () => {
+    const subjects = (r: SettlementRecord) => aggregatesFor(r).map((i) => i.subject);
+    expect(subjects(failed('rate_limited', 429, 'client'))).not.toContain('minutes#12');
+    expect(subjects(call())).toContain('minutes#12');
+  });
+
+  it('count a minute’s calls, its 5xx and its no-eligible-model 503s apart', () => {
+    const minuteCounters = (r: SettlementRecord) =>
+      aggregatesFor(r).find((i) => i.subject === 'minutes#12')?.counters;
+    const at = T0 + 7 * MIN;
+    expect(minuteCounters(call({ at }))).toEqual({ r07: 1 });
+    expect(minuteCounters(failed('upstream_error', 500, 'server_error', { at }))).toEqual({ r07: 1, e07: 1 });
+    expect(minuteCounters(failed('stream_interrupted', 200, 'dropped', { at }))).toEqual({ r07: 1, e07: 1 });
+    expect(minuteCounters(failed('overloaded', 429, 'overloaded', { at }))).toEqual({ r07: 1 });
+    expect(minuteCounters(failed('unavailable', 503, 'accounting', { at }))).toEqual({ r07: 1, e07: 1 });
+    expect(
+      minuteCounters(failed('unavailable', 503, 'registry_empty', { at, model: null, accountId: null })),
+    ).toEqual({ r07: 1, u07: 1 });
+  });
+
+  it('file a 503 for want of an eligible model under `incident`, the store’s under `platform`', () => {
+    expect(faultFor(failed('unavailable', 503, 'registry_empty', { model: null }))?.group).toBe('incident');
+    expect(faultFor(failed('unavailable', 503, 'no_eligible_model'))?.group).toBe('incident');
+    expect(faultFor(failed('unavailable', 503, 'accounting'))?.group).toBe('platform');
+  });
+
+  it('write fault details from fixed words, never from a message', () => {
+    const details = [
+      failed('client_error', 404, 'client', { model: null }),
+      failed('client_error', 400, 'client', { model: null }),
+      failed('unauthenticated', 401, 'client', { model: null }),
+      failed('insufficient_balance', 402, 'client'),
+      failed('rate_limited', 429, 'client'),
+      failed('upstream_error', 500, 'server_error', {
+        attempts: [
+          {
+            deployment: 'd1',
+            provider: 'p1',
+            keyIndex: 0,
+            outcome: 'server_error',
+            status: 500,
+            ms: 1,
+            detail: 'x',
+          },
+          {
+            deployment: 'd2',
+            provider: 'p2',
+            keyIndex: 0,
+            outcome: 'server_error',
+            status: 500,
+            ms: 1,
+            detail: 'x',
+          },
+        ],
+      }),
+      failed('overloaded', 429, 'overloaded'),
+      failed('stream_interrupted', 200, 'dropped'),
+      failed('unavailable', 503, 'registry_empty', { model: null }),
+      failed('unavailable', 503, 'no_eligible_model'),
+      failed('unavailable', 503, 'accounting'),
+      failed('internal_error', 500, 'internal'),
+    ].map((r) => faultFor(r)?.detail);
+    expect(details).toEqual([
+      'model not found',
+      'invalid request',
+      'missing or invalid API key',
+      'insufficient wallet balance',
+      'rate limit of the account’s tier',
+      'every deployment failed (2 attempts; last: upstream server error)',
+      'every deployment overloaded (0 attempts)',
+      'stream interrupted after the first byte: connection dropped',
+      'no eligible model: the model registry is empty',
+      'no eligible model: no deployment can serve it',
+      'accounting store unavailable: refused rather than served unmetered',
+      'internal error',
+    ]);
+  });
+
+  it('name subjects the report can read back', () => {
+    expect(parseSubject('model#famA-a')).toEqual({ type: 'model', model: 'famA-a' });
+    expect(parseSubject('model#-')).toEqual({ type: 'model', model: null });
+    expect(parseSubject('status#agent-error#429')).toEqual({
+      type: 'status',
+      group: 'agent-error',
+      status: 429,
+    });
+    expect(parseSubject('status#famA-v4.1-flash#500')).toEqual({
+      type: 'status',
+      group: 'famA-v4.1-flash',
+      status: 500,
+    });
+    expect(parseSubject('minutes#07')).toEqual({ type: 'minutes', hour: 7 });
+    expect(parseSubject('minutes#24')).toEqual({ type: 'unknown' });
+    expect(parseSubject('something#else')).toEqual({ type: 'unknown' });
+  });
+});
+
+describe('buildUsageReport', () => {
+  const workload = [
+    call(),
+    call({ at: T0 + 1000 }),
+    call({ model: 'famB-x', usage: { ...USAGE, promptTokens: 100, completionTokens: 1 } }),
+    // Two days ago: tokens on that day, and a fault that is not "recent".
+    call({ at: T0 - 2 * DAY }),
+    failed('upstream_error', 500, 'server_error', { model: 'famB-x', at: T0 - 2 * DAY }),
+    failed('client_error', 400, 'client', { model: null, accountId: null, at: T0 + 2000 }),
+    failed('rate_limited', 429, 'client', { at: T0 + 3000 }),
+    failed('stream_interrupted', 200, 'dropped', { at: T0 + 4000 }),
+    failed('unavailable', 503, 'registry_empty', { model: null, accountId: null, at: T0 + 20 * MIN }),
+    // Outside the 30-day window: ignored.
+    call({ at: T0 - 31 * DAY }),
+  ];
+
+  it('totals every settled call, the tokens of successes, active models and serving days', () => {
+    const r = report(workload);
+    expect(r.totals).toEqual({
+      requests: 9,
+      tokens: 15 + 15 + 101 + 15,
+      models_active: 2,
+      days_serving: 2,
+      uptime_percent: 99.997,
+      downtime_minutes: 1,
+    });
+    expect(r.generated_at).toBe('2026-11-22T12:40:00.000Z');
+    expect(r.window).toEqual({
+      days: 30,
+      start: '2026-10-24T00:00:00.000Z',
+      end: '2026-11-22T12:40:00.000Z',
+    });
+  });
+
+  it('gives tokens for each of the 30 UTC days, zero included', () => {
+    const r = report(workload);
+    expect(r.tokens_per_day).toHaveLength(30);
+    expect(r.tokens_per_day.map((d) => d.day)).toEqual(windowDays(T0));
+    expect(r.tokens_per_day.at(-1)).toEqual({ day: '2026-11-22', tokens: 131 });
+    expect(r.tokens_per_day.at(-3)).toEqual({ day: '2026-11-20', tokens: 15 });
+    expect(r.tokens_per_day.filter((d) => d.tokens > 0)).toHaveLength(2);
+  });
+
+  it('rates each model by successes over successes and faults, and says how it has been', () => {
+    const r = report(workload);
+    expect(r.models).toEqual([
+      // famA-a: 3 successes today and 2 days ago, one broken stream today; the 429 is the caller's.
+      { id: 'famA-a', requests: 5, tokens: 45, uptime_percent: 75, faults: 1, status: 'degraded recently' },
+      // famB-x: its only fault was two days ago.
+      { id: 'famB-x', requests: 2, tokens: 101, uptime_percent: 50, faults: 1, status: 'up' },
+      { id: 'famA-b', requests: 0, tokens: 0, uptime_percent: 100, faults: 0, status: 'live' },
+      { id: 'famA-old', requests: 0, tokens: 0, uptime_percent: 100, faults: 0, status: 'live' },
+      { id: 'famC-embed', requests: 0, tokens: 0, uptime_percent: 100, faults: 0, status: 'live' },
+      { id: 'svc-auto', requests: 0, tokens: 0, uptime_percent: 100, faults: 0, status: 'live' },
+    ]);
+  });
+
+  it('picks the newest active chat model of each family as its frontier, the priciest on a tie', () => {
+    expect(report(workload).frontier_models).toEqual([
+      { id: 'famA-b', family: 'famA', requests: 0, tokens: 0, status: 'live' },
+      // famB-y is newer but retired; svc is the service's own family; famC's model is not a chat model.
+      { id: 'famB-x', family: 'famB', requests: 2, tokens: 101, status: 'up' },
+    ]);
+  });
+
+  it('funnels errors by model or pseudo-group and status, with labels', () => {
+    expect(report(workload).error_funnel).toEqual([
+      { group: 'agent-error', status: 400, count: 1, label: 'invalid request' },
+      { group: 'agent-error', status: 429, count: 1, label: 'tier rate limit (not downtime)' },
+      { group: 'famA-a', status: 500, count: 1, label: 'upstream fault after fallbacks' },
+      { group: 'famB-x', status: 500, count: 1, label: 'upstream fault after fallbacks' },
+      { group: 'incident', status: 503, count: 1, label: 'no eligible model (incident)' },
+    ]);
+  });
+
+  it('lists incidents from the minute counters, and recent faults newest first', () => {
+    const r = report(workload);
+    expect(r.incidents).toEqual([
+      {
+        name: 'Service unavailable: no eligible model (503)',
+        severity: 'MAJOR',
+        status: 'RESOLVED',
+        start: '2026-11-22T12:20:00.000Z',
+        end: '2026-11-22T12:21:00.000Z',
+        downtime_minutes: 1,
+      },
+    ]);
+    expect(report(workload, T0 + 22 * MIN).incidents[0]).toMatchObject({ status: 'ONGOING', end: null });
+    expect(r.recent_faults.map((f) => [f.at, f.group, f.status])).toEqual([
+      ['2026-11-22T12:20:00.000Z', 'incident', 503],
+      ['2026-11-22T12:00:04.000Z', 'famA-a', 500],
+      ['2026-11-22T12:00:03.000Z', 'agent-error', 429],
+      ['2026-11-22T12:00:02.000Z', 'agent-error', 400],
+      ['2026-11-20T12:00:00.000Z', 'famB-x', 500],
+    ]);
+  });
+
+  it('lists at most the 20 most recent faults', () => {
+    const many = Array.from({ length: 25 }, (_, i) =>
+      failed('client_error', 400, 'client', { at: T0 + i * 1000 }),
+    );
+    const r = report(many);
+    expect(r.recent_faults).toHaveLength(20);
+    expect(r.recent_faults[0]?.at).toBe('2026-11-22T12:00:24.000Z');
+  });
+
+  it('says nothing of accounts, keys or what callers sent', () => {
+    const text = JSON.stringify(report(workload));
+    for (const secret of ['acct_', 'svc_live_', 'Sekr1t', 'secret42', 'private', 'req_'])
+      expect(text).not.toContain(secret);
+  });
+
+  it('is an empty but complete report before any traffic', () => {
+    const r = buildUsageReport({ now: T0, models, rows: [], recentFaults: [] });
+    expect(r.totals).toEqual({
+      requests: 0,
+      tokens: 0,
+      models_active: 0,
+      days_serving: 0,
+      uptime_percent: 100,
+      downtime_minutes: 0,
+    });
+    expect(r.incidents).toEqual([]);
+    expect(r.models.every((m) => m.status === 'live')).toBe(true);
+  });
+});
