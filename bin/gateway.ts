@@ -1,14 +1,9 @@
 /**
- * The CDK app (`npx cdk synth`, `npx cdk deploy`). Stage settings come from CDK context:
- * `-c stage=dev` (default `dev`); a stage named `prod` or `production` gets production protections.
+ * The CDK app (`npm run synth`, `npx cdk deploy --all`). Stage settings come from CDK context
+ * (`-c stage=prod`, …; every key is in lib/stage.ts and the README's "Deploy to AWS").
  */
 import { App } from 'aws-cdk-lib';
-import { DataStack } from '#lib/data-stack.ts';
+import { buildGateway } from '#lib/gateway-app.ts';
 
 const app = new App();
-const stage = String(app.node.tryGetContext('stage') ?? 'dev');
-if (!/^[a-z][a-z0-9-]{0,15}$/.test(stage))
-  throw new Error(`context "stage" must be lowercase letters, digits, -: got "${stage}"`);
-const production = stage === 'prod' || stage === 'production';
-
-new DataStack(app, `svc-${stage}-data`, { stage, production });
+buildGateway(app);

@@ -1,15 +1,23 @@
-import { Duration, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import { Alarm, ComparisonOperator, TreatMissingData } from 'aws-cdk-lib/aws-cloudwatch';
+import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
 import { AttributeType, Billing, type ITableV2, TableV2 } from 'aws-cdk-lib/aws-dynamodb';
-import { BlockPublicAccess, Bucket, BucketEncryption, type IBucket } from 'aws-cdk-lib/aws-s3';
+import { type ISecret, Secret } from 'aws-cdk-lib/aws-secretsmanager';
+import { type ITopic, Topic } from 'aws-cdk-lib/aws-sns';
+import { EmailSubscription } from 'aws-cdk-lib/aws-sns-subscriptions';
 import { type IQueue, Queue, QueueEncryption } from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { buckets, type KeyAttribute, physicalName, queues, type TableId, tables } from './resources.ts';
+import { type KeyAttribute, physicalName, queues, type TableId, tables } from './resources.ts';
 
 export interface DataStackProps extends StackProps {
   /** Stage name, prefixed to every physical name (`svc-<stage>-accounts`). */
   readonly stage: string;
   /** Production stages keep tables and the bucket when the stack is deleted, and refuse table deletion. */
   readonly production: boolean;
+  /** Secrets Manager secrets to create for upstream keys, by the name deployments reference (default none). */
+  readonly providerSecrets?: readonly string[];
+  /** Subscribed to the alarm topic. */
+  readonly alarmEmail?: string;
 }
 
 const attribute = (key: KeyAttribute) => ({
@@ -18,14 +26,17 @@ const attribute = (key: KeyAttribute) => ({
 });
 
 /**
- * Tables, the settlement queue with its dead-letter queue, and the site bucket — built from the shared
- * definitions in resources.ts, the same objects the local host creates in the emulators.
+ * The stateful resources and what every other stack shares: the tables and the settlement queue with its
+ * dead-letter queue — built from the shared definitions in resources.ts, the same objects the local host
+ * creates in the emulators — the upstream provider secrets, and the alarm topic with the DLQ alarm.
+ * The site bucket lives with its CloudFront distribution (site-stack.ts), see ADR 0007.
  */
 export class DataStack extends Stack {
   readonly tables: Readonly<Record<TableId, ITableV2>>;
   readonly settlementQueue: IQueue;
   readonly settlementDlq: IQueue;
-  readonly siteBucket: IBucket;
+  readonly providerSecrets: readonly ISecret[];
+  readonly alarmTopic: ITopic;
 
   constructor(scope: Construct, id: string, props: DataStackProps) {
     super(scope, id, props);
@@ -72,12 +83,48 @@ export class DataStack extends Stack {
       enforceSSL: true,
     });
 
-    this.siteBucket = new Bucket(this, `${buckets.site.id}-bucket`, {
-      blockPublicAccess: BlockPublicAccess.BLOCK_ALL,
-      encryption: BucketEncryption.S3_MANAGED,
-      enforceSSL: true,
-      removalPolicy,
-      autoDeleteObjects: !props.production,
+    const secretIds = new Set<string>();
+    this.providerSecrets = (props.providerSecrets ?? []).map((secretName) => {
+      // The construct id follows the name, so reordering the list never replaces a secret.
+      const id = `secret-${secretName.replace(/[^A-Za-z0-9]+/g, '-')}`;
+      if (secretIds.has(id)) throw new Error(`provider secret names collide once sanitized: ${secretName}`);
+      secretIds.add(id);
+      // Created with a random placeholder value; the operator puts the real key (README, "Deploy to AWS").
+      const secret = new Secret(this, id, {
+        secretName,
+        description: `Upstream API key; deployments reference it as secretsmanager:${secretName}`,
+        removalPolicy,
+      });
+      new CfnOutput(this, `${id}-name`, { value: secretName });
+      return secret;
+    });
+
+    this.alarmTopic = new Topic(this, 'alarm-topic', { topicName: `${prefix}-alarms`, enforceSSL: true });
+    if (props.alarmEmail) this.alarmTopic.addSubscription(new EmailSubscription(props.alarmEmail));
+    // Any message in the DLQ is a settlement that failed five times: money not yet debited. Never routine.
+    new Alarm(this, 'settlement-dlq-alarm', {
+      alarmName: `${prefix}-settlement-dlq-depth`,
+      alarmDescription: 'Settlement messages in the dead-letter queue (poison or repeated store faults)',
+      metric: this.settlementDlq.metricApproximateNumberOfMessagesVisible({
+        period: Duration.minutes(5),
+        statistic: 'Maximum',
+      }),
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: TreatMissingData.NOT_BREACHING,
+    }).addAlarmAction(new SnsAction(this.alarmTopic));
+
+    // What the admin CLI and the registry loader need (README, "Deploy to AWS").
+    for (const [id, definition] of Object.entries(tables) as [TableId, (typeof tables)[TableId]][]) {
+      new CfnOutput(this, `${id}-table-name`, {
+        value: this.tables[id].tableName,
+        description: definition.envVar,
+      });
+    }
+    new CfnOutput(this, 'settlement-queue-url', {
+      value: this.settlementQueue.queueUrl,
+      description: settlement.envVar,
     });
   }
 }

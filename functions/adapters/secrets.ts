@@ -1,7 +1,10 @@
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+
 /**
- * Resolves deployment secret references to upstream API keys, once per cold start.
- * `env:NAME` reads an environment variable (the local host, tests, or a Lambda environment injected
- * from Secrets Manager). Keys live only in memory; they are never logged or written anywhere.
+ * Resolves deployment secret references to upstream API keys, once per cold start (KeyRing caches them).
+ * `env:NAME` reads an environment variable (the local host, tests); `secretsmanager:ID` reads a Secrets
+ * Manager secret by name or ARN (AWS). Keys live only in memory; they are never logged or written anywhere,
+ * and error messages name the reference, never a value.
  */
 export interface SecretResolver {
   resolve(ref: string): Promise<string>;
@@ -23,3 +26,54 @@ export class EnvSecretResolver implements SecretResolver {
     return value;
   }
 }
+
+const SECRETS_MANAGER = 'secretsmanager:';
+
+/**
+ * `secretsmanager:ID`: the secret's whole `SecretString` is the key. The client is created on the first
+ * reference, so an instance whose deployments use none (the local host) never builds one.
+ */
+export class SecretsManagerSecretResolver implements SecretResolver {
+  readonly #client: () => SecretsManagerClient;
+  #built: SecretsManagerClient | undefined;
+
+  constructor(client: () => SecretsManagerClient = () => new SecretsManagerClient({ maxAttempts: 3 })) {
+    this.#client = client;
+  }
+
+  async resolve(ref: string): Promise<string> {
+    if (!ref.startsWith(SECRETS_MANAGER) || ref.length === SECRETS_MANAGER.length)
+      throw new Error(`Not a Secrets Manager reference: "${ref.split(':')[0]}:…"`);
+    this.#built ??= this.#client();
+    const reply = await this.#built.send(
+      new GetSecretValueCommand({ SecretId: ref.slice(SECRETS_MANAGER.length) }),
+    );
+    // A key pasted with a trailing newline would otherwise make an invalid Authorization header.
+    const value = reply.SecretString?.trim();
+    if (!value) throw new Error(`Secret reference ${ref} has no string value`);
+    return value;
+  }
+}
+
+/** Hands each reference to the resolver of its scheme (the text before the first `:`). */
+export class SchemeSecretResolver implements SecretResolver {
+  readonly #schemes: Readonly<Record<string, SecretResolver>>;
+
+  constructor(schemes: Readonly<Record<string, SecretResolver>>) {
+    this.#schemes = schemes;
+  }
+
+  resolve(ref: string): Promise<string> {
+    const scheme = ref.slice(0, Math.max(0, ref.indexOf(':')));
+    const resolver = Object.hasOwn(this.#schemes, scheme) ? this.#schemes[scheme] : undefined;
+    if (!resolver) return Promise.reject(new Error(`Unsupported secret reference scheme in "${scheme}:…"`));
+    return resolver.resolve(ref);
+  }
+}
+
+/** The resolver of a Lambda instance or the local host: `env:` from `env`, `secretsmanager:` from AWS. */
+export const defaultSecretResolver = (env: Readonly<Record<string, string | undefined>>): SecretResolver =>
+  new SchemeSecretResolver({
+    env: new EnvSecretResolver(env),
+    secretsmanager: new SecretsManagerSecretResolver(),
+  });

@@ -1,9 +1,11 @@
 import middy from '@middy/core';
 import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
+import type { APIGatewayProxyEvent } from 'aws-lambda';
 import type { Logger } from '#adapters/logger.ts';
 import { ApiError, InternalError } from '#core/errors.ts';
 import { runAfterResponse } from './after-response.ts';
 import { type HttpEvent, type HttpResponse, type LambdaContext, requestIdOf } from './lambda.ts';
+import { asHttpEvent } from './rest-event.ts';
 
 export type HttpHandlerFn = (event: HttpEvent, context: LambdaContext) => Promise<HttpResponse>;
 
@@ -48,7 +50,7 @@ const requestIdHeader: middy.MiddlewareObj<HttpEvent, HttpResponse, Error, Lambd
  * prelude and pipes the body. Work registered with `afterResponse` runs after the stream has closed.
  */
 export const httpHandler = (fn: HttpHandlerFn, log: () => Logger) =>
-  middy<HttpEvent, HttpResponse, Error, LambdaContext>({
+  middy<HttpEvent | APIGatewayProxyEvent, HttpResponse, Error, LambdaContext>({
     executionMode: executionModeStreamifyResponse,
     // Streams outlive the handler's promise; an early-timeout race on it would cut nothing useful.
     timeoutEarlyInMillis: 0,
@@ -56,4 +58,5 @@ export const httpHandler = (fn: HttpHandlerFn, log: () => Logger) =>
   })
     .use(requestIdHeader)
     .use(errorHandler(log))
-    .handler(fn);
+    // Function URLs and the REST API's streaming integrations send different event shapes (rest-event.ts).
+    .handler((event, context) => fn(asHttpEvent(event), context));

@@ -4,8 +4,10 @@ import { describe, expect, it } from 'vitest';
 import { DataStack } from '#lib/data-stack.ts';
 import { physicalName, queues, tables } from '#lib/resources.ts';
 
-const synth = (production: boolean) =>
-  Template.fromStack(new DataStack(new App(), 'data', { stage: production ? 'prod' : 'dev', production }));
+const synth = (production: boolean, providerSecrets: string[] = []) =>
+  Template.fromStack(
+    new DataStack(new App(), 'data', { stage: production ? 'prod' : 'dev', production, providerSecrets }),
+  );
 
 describe('the data stack', () => {
   const template = synth(false);
@@ -50,9 +52,31 @@ describe('the data stack', () => {
     expect(queues.settlement.visibilityTimeoutSeconds).toBeGreaterThanOrEqual(6 * 30);
   });
 
+  it('defines no table that resources.ts does not', () => {
+    template.resourceCountIs('AWS::DynamoDB::GlobalTable', Object.keys(tables).length);
+  });
+
   it('protects production tables from deletion', () => {
     synth(true).hasResourceProperties('AWS::DynamoDB::GlobalTable', {
       Replicas: [Match.objectLike({ DeletionProtectionEnabled: true })],
     });
+  });
+
+  it('keeps production tables and provider secrets when the stack is deleted, and not in other stages', () => {
+    const production = synth(true, ['svc/provider-a/key-1']);
+    for (const type of ['AWS::DynamoDB::GlobalTable', 'AWS::SecretsManager::Secret']) {
+      for (const resource of Object.values(production.findResources(type)))
+        expect(resource.DeletionPolicy, type).toBe('Retain');
+    }
+    for (const resource of Object.values(template.findResources('AWS::DynamoDB::GlobalTable')))
+      expect(resource.DeletionPolicy).toBe('Delete');
+  });
+
+  it('creates the provider secrets the stage names, as deployments reference them', () => {
+    const secrets = synth(false, ['svc/provider-a/key-1', 'svc/provider-b/key-1']);
+    secrets.resourceCountIs('AWS::SecretsManager::Secret', 2);
+    secrets.hasResourceProperties('AWS::SecretsManager::Secret', { Name: 'svc/provider-a/key-1' });
+    secrets.hasResourceProperties('AWS::SecretsManager::Secret', { Name: 'svc/provider-b/key-1' });
+    template.resourceCountIs('AWS::SecretsManager::Secret', 0);
   });
 });

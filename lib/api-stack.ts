@@ -1,0 +1,117 @@
+import { CfnOutput, Duration, Stack, type StackProps } from 'aws-cdk-lib';
+import {
+  EndpointType,
+  LambdaIntegration,
+  ResponseTransferMode,
+  ResponseType,
+  RestApi,
+} from 'aws-cdk-lib/aws-apigateway';
+import { Alarm, ComparisonOperator, TreatMissingData } from 'aws-cdk-lib/aws-cloudwatch';
+import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
+import { FunctionUrlAuthType, InvokeMode } from 'aws-cdk-lib/aws-lambda';
+import type { Construct } from 'constructs';
+import { type FunctionDefinition, timeoutOf } from './functions.ts';
+import { type Bindings, GatewayFunction } from './gateway-function.ts';
+import type { StageConfig } from './stage.ts';
+
+export interface ApiStackProps extends StackProps {
+  readonly stage: StageConfig;
+  /** The rows of the function table with an `http` trigger. */
+  readonly functions: Readonly<Record<string, FunctionDefinition>>;
+  readonly bindings: Bindings;
+}
+
+/** OpenAI's error shape (ARCHITECTURE.md §8) for the errors API Gateway answers itself. */
+const openAiError = (type: string, message: string) =>
+  `{"error":{"message":${message},"type":"${type}","param":null,"code":null}}`;
+
+/**
+ * The HTTP functions, each reachable two ways, both streaming: its own Function URL (`RESPONSE_STREAM`, auth
+ * NONE — our bearer keys authenticate) and a route of one REST API whose Lambda integrations use
+ * `ResponseTransferMode.STREAM`. The API is regional: a streamed response may idle 5 minutes there, 30 s on an
+ * edge-optimized endpoint, and CloudFront (site-stack.ts) is in front of it anyway.
+ */
+export class ApiStack extends Stack {
+  readonly api: RestApi;
+  readonly functions: Readonly<Record<string, GatewayFunction>>;
+
+  constructor(scope: Construct, id: string, props: ApiStackProps) {
+    super(scope, id, props);
+    const { stage } = props;
+
+    this.api = new RestApi(this, 'api', {
+      restApiName: `${stage.prefix}-api`,
+      description: 'OpenAI-compatible inference API',
+      endpointConfiguration: { types: [EndpointType.REGIONAL] },
+      // Transcription uploads are binary multipart bodies: without this API Gateway would hand them to the
+      // function as mangled UTF-8 rather than base64.
+      binaryMediaTypes: ['multipart/form-data'],
+      // The account-wide CloudWatch role is shared by every API of the account; not ours to create or replace.
+      cloudWatchRole: false,
+      deployOptions: { stageName: stage.stage, tracingEnabled: true, metricsEnabled: true },
+    });
+    this.api.addGatewayResponse('unknown-route', {
+      // What API Gateway answers for a path or method without a route.
+      type: ResponseType.MISSING_AUTHENTICATION_TOKEN,
+      statusCode: '404',
+      templates: {
+        'application/json': openAiError(
+          'invalid_request_error',
+          '"Invalid URL ($context.httpMethod $context.path)"',
+        ),
+      },
+    });
+    this.api.addGatewayResponse('default-4xx', {
+      type: ResponseType.DEFAULT_4XX,
+      templates: { 'application/json': openAiError('invalid_request_error', '$context.error.messageString') },
+    });
+    this.api.addGatewayResponse('default-5xx', {
+      type: ResponseType.DEFAULT_5XX,
+      templates: { 'application/json': openAiError('server_error', '$context.error.messageString') },
+    });
+
+    const built: Record<string, GatewayFunction> = {};
+    for (const [name, definition] of Object.entries(props.functions)) {
+      if (definition.trigger.kind !== 'http') throw new Error(`${name} is not an HTTP function`);
+      const gatewayFunction = new GatewayFunction(this, name, {
+        name,
+        definition,
+        stage,
+        bindings: props.bindings,
+      });
+      const fn = gatewayFunction.function;
+      const url = fn.addFunctionUrl({
+        authType: FunctionUrlAuthType.NONE,
+        invokeMode: InvokeMode.RESPONSE_STREAM,
+      });
+      new CfnOutput(this, `${name}-url`, { value: url.url, description: `Function URL of ${name}` });
+      const integration = new LambdaIntegration(fn, {
+        responseTransferMode: ResponseTransferMode.STREAM,
+        // A streamed integration may run up to 15 minutes; give it as long as the function has.
+        timeout: Duration.seconds(timeoutOf(definition)),
+      });
+      for (const route of definition.trigger.routes)
+        this.api.root.resourceForPath(route.path).addMethod(route.method, integration);
+      built[name] = gatewayFunction;
+    }
+    this.functions = built;
+
+    new Alarm(this, 'api-5xx-alarm', {
+      alarmName: `${stage.prefix}-api-5xx-rate`,
+      alarmDescription: 'More than 5% of API requests answered 5xx, two 5-minute periods in a row',
+      metric: this.api.deploymentStage.metricServerError({
+        period: Duration.minutes(5),
+        statistic: 'Average',
+      }),
+      threshold: 0.05,
+      evaluationPeriods: 2,
+      comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: TreatMissingData.NOT_BREACHING,
+    }).addAlarmAction(new SnsAction(props.bindings.alarmTopic));
+
+    new CfnOutput(this, 'api-base-url', {
+      value: `${this.api.url}v1`,
+      description: 'OpenAI base URL through API Gateway',
+    });
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * The function table: one row per handler file in `functions/`, saying what triggers it and which tables,
+ * queues, buckets and secrets it uses. The stacks build everything from it — the function with its defaults,
+ * its triggers (Function URL and API route, queue, schedule), its grants and its environment — so wiring a
+ * new handler is one row. Plain data: importable without `aws-cdk-lib` (the infra tests read it too).
+ */
+
+import { type buckets, type queues, settlementConsumerTimeoutSeconds, type TableId } from './resources.ts';
+import type { ScheduleId } from './stage.ts';
+
+export type QueueId = keyof typeof queues;
+export type BucketId = keyof typeof buckets;
+
+/** `read`: get, query, scan. `readWrite`: also put, update, delete (and so transactions). */
+export type TableAccess = 'read' | 'readWrite';
+/** `write`: put objects only (a report writer cannot read or delete what else is in the bucket). */
+export type BucketAccess = 'read' | 'write' | 'readWrite';
+
+export interface Uses {
+  readonly tables?: Readonly<Partial<Record<TableId, TableAccess>>>;
+  /** Queues the function sends to (a queue that triggers the function is its `trigger`, not a use). */
+  readonly sendsTo?: readonly QueueId[];
+  readonly buckets?: Readonly<Partial<Record<BucketId, BucketAccess>>>;
+  /** Reads the upstream provider keys (`secretsmanager:` references of the registry's deployments). */
+  readonly providerSecrets?: boolean;
+}
+
+export interface Route {
+  readonly method: 'GET' | 'POST';
+  /** API path, `{name}` for a path parameter, e.g. `/v1/models/{id}`. */
+  readonly path: string;
+}
+
+export type Trigger =
+  | { readonly kind: 'http'; readonly routes: readonly Route[] }
+  | { readonly kind: 'queue'; readonly queue: QueueId }
+  | { readonly kind: 'schedule'; readonly schedule: ScheduleId };
+
+export interface FunctionDefinition {
+  readonly trigger: Trigger;
+  readonly uses: Uses;
+  /** Default: 300 s for HTTP functions, 60 s otherwise. */
+  readonly timeoutSeconds?: number;
+  /** Default: 1024 MB for HTTP functions (CPU scales with memory), 512 MB otherwise. */
+  readonly memoryMb?: number;
+}
+
+/** `http('POST /v1/embeddings')`, several routes for one function allowed. */
+export const http = (...routes: `${Route['method']} /${string}`[]): Trigger => ({
+  kind: 'http',
+  routes: routes.map((route) => {
+    const [method, path] = route.split(' ') as [Route['method'], string];
+    return { method, path };
+  }),
+});
+export const queue = (id: QueueId): Trigger => ({ kind: 'queue', queue: id });
+export const schedule = (id: ScheduleId): Trigger => ({ kind: 'schedule', schedule: id });
+
+/**
+ * What every billed endpoint touches: key and account lookups, the registry, the limit buckets and the wallet
+ * (admission's one transaction), the settlement queue, and the provider keys. Usage aggregates are written
+ * by the settlement consumer, not here.
+ */
+const inference: Uses = {
+  tables: { accounts: 'read', registry: 'read', buckets: 'readWrite', wallet: 'readWrite' },
+  sendsTo: ['settlement'],
+  providerSecrets: true,
+};
+
+/** Keyed by handler file: row `x` is `functions/x.ts`, exporting `handler`. */
+export const functions = {
+  'chat-completions': { trigger: http('POST /v1/chat/completions'), uses: inference, timeoutSeconds: 900 },
+  embeddings: { trigger: http('POST /v1/embeddings'), uses: inference, timeoutSeconds: 120 },
+  'audio-transcriptions': { trigger: http('POST /v1/audio/transcriptions'), uses: inference },
+  'audio-speech': { trigger: http('POST /v1/audio/speech'), uses: inference },
+  models: {
+    trigger: http('GET /v1/models', 'GET /v1/models/{id}'),
+    uses: { tables: { accounts: 'read', registry: 'read' } },
+    timeoutSeconds: 30,
+  },
+  settlement: {
+    trigger: queue('settlement'),
+    uses: { tables: { wallet: 'readWrite', buckets: 'readWrite', usage: 'readWrite' } },
+    // The queue's visibility timeout is six times this (resources.ts): keep the two from one constant.
+    timeoutSeconds: settlementConsumerTimeoutSeconds,
+  },
+  'hold-sweeper': { trigger: schedule('holdSweeper'), uses: { tables: { wallet: 'readWrite' } } },
+  'price-sync': {
+    trigger: schedule('priceSync'),
+    // Reads providers' price lists with their keys; writes the deployments' upstream costs.
+    uses: { tables: { registry: 'readWrite' }, providerSecrets: true },
+    timeoutSeconds: 300,
+  },
+  'usage-report': {
+    trigger: schedule('usageReport'),
+    uses: { tables: { usage: 'read', registry: 'read' }, buckets: { site: 'write' } },
+    timeoutSeconds: 300,
+  },
+} as const satisfies Record<string, FunctionDefinition>;
+
+export type FunctionId = keyof typeof functions;
+
+/** The handler file of a row, relative to the repository root. */
+export const entryOf = (id: string): string => `functions/${id}.ts`;
+
+export const timeoutOf = (definition: FunctionDefinition): number =>
+  definition.timeoutSeconds ?? (definition.trigger.kind === 'http' ? 300 : 60);
+
+export const memoryOf = (definition: FunctionDefinition): number =>
+  definition.memoryMb ?? (definition.trigger.kind === 'http' ? 1024 : 512);

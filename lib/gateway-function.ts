@@ -1,0 +1,192 @@
+import { fileURLToPath } from 'node:url';
+import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { Alarm, ComparisonOperator, TreatMissingData } from 'aws-cdk-lib/aws-cloudwatch';
+import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
+import type { ITableV2 } from 'aws-cdk-lib/aws-dynamodb';
+import { Role, ServicePrincipal } from 'aws-cdk-lib/aws-iam';
+import {
+  ApplicationLogLevel,
+  Architecture,
+  type CfnFunction,
+  LoggingFormat,
+  Runtime,
+  SystemLogLevel,
+  Tracing,
+} from 'aws-cdk-lib/aws-lambda';
+import { NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
+import { LogGroup, type RetentionDays } from 'aws-cdk-lib/aws-logs';
+import type { IBucket } from 'aws-cdk-lib/aws-s3';
+import type { ISecret } from 'aws-cdk-lib/aws-secretsmanager';
+import type { ITopic } from 'aws-cdk-lib/aws-sns';
+import type { IQueue } from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import {
+  type BucketId,
+  entryOf,
+  type FunctionDefinition,
+  memoryOf,
+  type QueueId,
+  timeoutOf,
+} from './functions.ts';
+import { buckets, queues, type TableId, tables } from './resources.ts';
+import type { StageConfig } from './stage.ts';
+
+/** The shared resources a function can be bound to; a stack passes the ones it can reach. */
+export interface Bindings {
+  readonly tables: Readonly<Record<TableId, ITableV2>>;
+  readonly queues: Readonly<Record<QueueId, IQueue>>;
+  readonly buckets: Readonly<Partial<Record<BucketId, IBucket>>>;
+  readonly providerSecrets: readonly ISecret[];
+  readonly alarmTopic: ITopic;
+}
+
+export interface GatewayFunctionProps {
+  /** The row's key in the function table (`lib/functions.ts`), which is also the handler file's name. */
+  readonly name: string;
+  readonly definition: FunctionDefinition;
+  readonly stage: StageConfig;
+  readonly bindings: Bindings;
+}
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+
+/** Metadata key naming the handler file a function is bundled from (the infra tests match it to `functions/`). */
+export const ENTRY_METADATA = 'svc:entry';
+
+const APPLICATION_LOG_LEVEL: Record<string, ApplicationLogLevel> = {
+  debug: ApplicationLogLevel.DEBUG,
+  info: ApplicationLogLevel.INFO,
+  warn: ApplicationLogLevel.WARN,
+  error: ApplicationLogLevel.ERROR,
+  silent: ApplicationLogLevel.FATAL,
+};
+
+/**
+ * One Lambda function of the gateway, with the defaults every function shares and its bindings:
+ *
+ * - Node.js 24 on arm64, bundled locally by esbuild (no Docker) into one ESM file with source maps, the AWS SDK
+ *   included (the version the tests ran, not the runtime's).
+ * - JSON logs into a log group of its own with the stage's retention; X-Ray active tracing.
+ * - Its own role, which starts empty: log writes to its own group, X-Ray, and then exactly what the row declares —
+ *   each declared table, queue, bucket or secret gets its grant and its environment variable together.
+ * - Alarms on errors and throttles, sent to the stage's alarm topic.
+ *
+ * functions/config.ts reads every table name and the queue URL at cold start, for every function, so every
+ * function gets all of them; a name or URL grants nothing, the role does (ADR 0007).
+ */
+export class GatewayFunction extends Construct {
+  readonly function: NodejsFunction;
+
+  constructor(scope: Construct, id: string, props: GatewayFunctionProps) {
+    super(scope, id);
+    const { name, definition, stage, bindings } = props;
+    const functionName = `${stage.prefix}-${name}`;
+
+    const logGroup = new LogGroup(this, 'logs', {
+      logGroupName: `/aws/lambda/${functionName}`,
+      retention: stage.logRetentionDays as RetentionDays,
+      removalPolicy: stage.production ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY,
+    });
+    // No AWSLambdaBasicExecutionRole: it allows log writes to every log group (`*`); this role writes to one.
+    const role = new Role(this, 'role', {
+      assumedBy: new ServicePrincipal('lambda.amazonaws.com'),
+      description: `${functionName} (${entryOf(name)})`,
+    });
+    logGroup.grantWrite(role);
+
+    this.function = new NodejsFunction(this, 'function', {
+      functionName,
+      description: entryOf(name),
+      entry: `${ROOT}${entryOf(name)}`,
+      handler: 'handler',
+      projectRoot: ROOT,
+      depsLockFilePath: `${ROOT}package-lock.json`,
+      runtime: Runtime.NODEJS_24_X,
+      architecture: Architecture.ARM_64,
+      memorySize: memoryOf(definition),
+      timeout: Duration.seconds(timeoutOf(definition)),
+      role,
+      logGroup,
+      loggingFormat: LoggingFormat.JSON,
+      // Our logger already filters by LOG_LEVEL; Lambda's filter must not drop what it lets through.
+      applicationLogLevelV2: APPLICATION_LOG_LEVEL[stage.logLevel] ?? ApplicationLogLevel.INFO,
+      systemLogLevelV2: SystemLogLevel.INFO,
+      tracing: Tracing.ACTIVE,
+      environment: {
+        // Stack traces point into functions/*.ts through the bundle's source map.
+        NODE_OPTIONS: '--enable-source-maps',
+        LOG_LEVEL: stage.logLevel,
+        ...(stage.priceMinMargin === undefined ? {} : { PRICE_MIN_MARGIN: String(stage.priceMinMargin) }),
+      },
+      bundling: {
+        forceDockerBundling: false,
+        format: OutputFormat.ESM,
+        target: 'node24',
+        platform: 'node',
+        mainFields: ['module', 'main'],
+        // CommonJS dependencies (highland, undici, …) call require(); an ESM bundle has to provide it.
+        banner:
+          "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
+        minify: true,
+        keepNames: true,
+        sourceMap: true,
+        sourcesContent: false,
+        externalModules: [],
+        bundleAwsSDK: true,
+      },
+    });
+    (this.function.node.defaultChild as CfnFunction).addMetadata(ENTRY_METADATA, entryOf(name));
+
+    this.bind(name, definition, bindings);
+    this.alarms(functionName, bindings.alarmTopic);
+  }
+
+  /** Grants and environment variables, from the row's declared uses. */
+  private bind(name: string, definition: FunctionDefinition, bindings: Bindings): void {
+    const fn = this.function;
+    const uses = definition.uses;
+    for (const [id, definitionOf] of Object.entries(tables) as [TableId, (typeof tables)[TableId]][]) {
+      const table = bindings.tables[id];
+      fn.addEnvironment(definitionOf.envVar, table.tableName);
+      const access = uses.tables?.[id];
+      if (access === 'read') table.grantReadData(fn);
+      else if (access === 'readWrite') table.grantReadWriteData(fn);
+    }
+    for (const [id, definitionOf] of Object.entries(queues) as [QueueId, (typeof queues)[QueueId]][]) {
+      const queue = bindings.queues[id];
+      fn.addEnvironment(definitionOf.envVar, queue.queueUrl);
+      if (uses.sendsTo?.includes(id)) queue.grantSendMessages(fn);
+    }
+    for (const [id, access] of Object.entries(uses.buckets ?? {}) as [BucketId, string][]) {
+      const bucket = bindings.buckets[id];
+      if (!bucket)
+        throw new Error(
+          `${entryOf(name)} uses bucket "${id}", which ${Stack.of(this).stackName} cannot bind`,
+        );
+      fn.addEnvironment(buckets[id].envVar, bucket.bucketName);
+      if (access === 'read' || access === 'readWrite') bucket.grantRead(fn);
+      if (access === 'write' || access === 'readWrite') bucket.grantPut(fn);
+    }
+    if (uses.providerSecrets) for (const secret of bindings.providerSecrets) secret.grantRead(fn);
+  }
+
+  /** An unhandled error or a throttle is never routine: alarm on the first one in five minutes. */
+  private alarms(functionName: string, topic: ITopic): void {
+    const action = new SnsAction(topic);
+    const metrics = {
+      errors: this.function.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+      throttles: this.function.metricThrottles({ period: Duration.minutes(5), statistic: 'Sum' }),
+    };
+    for (const [kind, metric] of Object.entries(metrics)) {
+      new Alarm(this, `${kind}-alarm`, {
+        alarmName: `${functionName}-${kind}`,
+        alarmDescription: `${functionName}: ${kind} in the last 5 minutes`,
+        metric,
+        threshold: 1,
+        evaluationPeriods: 1,
+        comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treatMissingData: TreatMissingData.NOT_BREACHING,
+      }).addAlarmAction(action);
+    }
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * Stage configuration of the CDK app, read from CDK context (`cdk.json` or `-c key=value`) and validated at
+ * synth time, so a typo fails `cdk synth` with the key's name instead of a cold start on AWS.
+ * Plain data and parsing only: importable without `aws-cdk-lib`. Every key is documented in the README
+ * ("Deploy to AWS").
+ */
+
+/** Schedules a scheduled function can name (`schedule('…')` in lib/functions.ts). */
+export type ScheduleId = 'holdSweeper' | 'usageReport' | 'priceSync';
+
+export interface StageConfig {
+  /** Lowercase stage name; physical names are prefixed `svc-<stage>-`. */
+  readonly stage: string;
+  /** Production stages keep data on stack deletion, refuse table deletion and keep logs longer. */
+  readonly production: boolean;
+  /** `svc-<stage>`, the prefix of every physical name. */
+  readonly prefix: string;
+  /** `PRICE_MIN_MARGIN` of every function; absent: the functions' built-in default. */
+  readonly priceMinMargin: number | undefined;
+  /** `LOG_LEVEL` of every function. */
+  readonly logLevel: string;
+  /** CloudWatch Logs retention of every function's log group, in days. */
+  readonly logRetentionDays: number;
+  /** EventBridge Scheduler expressions (`rate(…)` or `cron(…)`, UTC). */
+  readonly schedules: Readonly<Record<ScheduleId, string>>;
+  /**
+   * Names of the Secrets Manager secrets holding upstream keys, exactly as the registry's deployments reference
+   * them (`secretsmanager:<name>`). The data stack creates them; functions that call providers may read them.
+   */
+  readonly providerSecrets: readonly string[];
+  /** Address subscribed to the alarm topic, if any. */
+  readonly alarmEmail: string | undefined;
+  /**
+   * How long CloudFront waits for the API's first byte and between bytes. Above 60 s needs a CloudFront quota
+   * increase; long non-streamed completions can use the API or Function URLs directly instead.
+   */
+  readonly cdnReadTimeoutSeconds: number;
+}
+
+export const DEFAULT_SCHEDULES: Readonly<Record<ScheduleId, string>> = {
+  holdSweeper: 'rate(5 minutes)',
+  usageReport: 'rate(5 minutes)',
+  priceSync: 'rate(1 hour)',
+};
+
+/** The context key of each schedule, e.g. `-c holdSweeperSchedule="rate(10 minutes)"`. */
+export const scheduleContextKey = (id: ScheduleId): string => `${id}Schedule`;
+
+/** The retention periods CloudWatch Logs accepts. */
+const RETENTION_DAYS = [
+  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+];
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'];
+
+type Context = (key: string) => unknown;
+
+const fail = (key: string, expected: string, got: unknown): never => {
+  throw new Error(`CDK context "${key}" must be ${expected}, got ${JSON.stringify(got)}`);
+};
+
+const text = (context: Context, key: string): string | undefined => {
+  const value = context(key);
+  if (value === undefined || value === null || value === '') return undefined;
+  if (typeof value !== 'string' && typeof value !== 'number' && typeof value !== 'boolean')
+    return fail(key, 'a string', value);
+  return String(value);
+};
+
+const number = (context: Context, key: string, valid: (n: number) => boolean, expected: string) => {
+  const raw = text(context, key);
+  if (raw === undefined) return undefined;
+  const value = Number(raw);
+  return Number.isFinite(value) && valid(value) ? value : fail(key, expected, context(key));
+};
+
+/** `-c providerSecrets=svc/openai/key-1,svc/groq/key-1` on the command line, or a JSON array in cdk.json. */
+const secretNames = (context: Context, key: string): readonly string[] => {
+  const value = context(key);
+  if (value === undefined || value === null || value === '') return [];
+  const list = Array.isArray(value) ? value : typeof value === 'string' ? value.split(',') : null;
+  if (list === null) return fail(key, 'a list of secret names', value);
+  const cleaned = list.map((name) => (typeof name === 'string' ? name.trim() : name));
+  for (const name of cleaned) {
+    // Secrets Manager's own rule for names.
+    if (typeof name !== 'string' || !/^[A-Za-z0-9/_+=.@-]{1,512}$/.test(name))
+      fail(key, 'secret names of letters, digits and /_+=.@-', value);
+  }
+  return [...new Set(cleaned as string[])];
+};
+
+/** Reads and validates the stage configuration; `context` is `app.node.tryGetContext`. */
+export const stageConfig = (context: Context): StageConfig => {
+  const stage = text(context, 'stage') ?? 'dev';
+  if (!/^[a-z][a-z0-9-]{0,15}$/.test(stage))
+    fail('stage', 'lowercase letters, digits, - (at most 16)', stage);
+  const explicit = text(context, 'production');
+  if (explicit !== undefined && explicit !== 'true' && explicit !== 'false')
+    fail('production', 'true or false', context('production'));
+  const production =
+    explicit === undefined ? stage === 'prod' || stage === 'production' : explicit === 'true';
+
+  const logLevel = text(context, 'logLevel') ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) fail('logLevel', `one of ${LOG_LEVELS.join(', ')}`, logLevel);
+
+  const schedules = { ...DEFAULT_SCHEDULES };
+  for (const id of Object.keys(DEFAULT_SCHEDULES) as ScheduleId[]) {
+    const key = scheduleContextKey(id);
+    const expression = text(context, key);
+    if (expression === undefined) continue;
+    if (!/^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\([^()]+\))$/.test(expression))
+      fail(key, 'a schedule expression like "rate(5 minutes)" or "cron(0 * * * ? *)"', expression);
+    schedules[id] = expression;
+  }
+
+  const alarmEmail = text(context, 'alarmEmail');
+  if (alarmEmail !== undefined && !/^[^@\s]+@[^@\s]+\.[^@\s]+$/.test(alarmEmail))
+    fail('alarmEmail', 'an email address', alarmEmail);
+
+  return {
+    stage,
+    production,
+    prefix: `svc-${stage}`,
+    // Same bounds as functions/config.ts, checked here so a bad value fails the synth, not a cold start.
+    priceMinMargin: number(context, 'priceMinMargin', (n) => n >= 0 && n <= 10, 'a number from 0 to 10'),
+    logLevel,
+    logRetentionDays:
+      number(
+        context,
+        'logRetentionDays',
+        (n) => RETENTION_DAYS.includes(n),
+        'a CloudWatch retention in days',
+      ) ?? (production ? 365 : 30),
+    schedules,
+    providerSecrets: secretNames(context, 'providerSecrets'),
+    alarmEmail,
+    cdnReadTimeoutSeconds:
+      number(
+        context,
+        'cdnReadTimeoutSeconds',
+        (n) => Number.isInteger(n) && n >= 1 && n <= 180,
+        'an integer 1–180',
+      ) ?? 60,
+  };
+};

@@ -1,0 +1,68 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_SCHEDULES, stageConfig } from '#lib/stage.ts';
+
+/** Context as `cdk.json` and `-c key=value` give it (command-line values are always strings). */
+const config = (context: Record<string, unknown> = {}) => stageConfig((key) => context[key]);
+
+describe('stageConfig', () => {
+  it('defaults to the dev stage with the documented settings', () => {
+    expect(config()).toEqual({
+      stage: 'dev',
+      production: false,
+      prefix: 'svc-dev',
+      priceMinMargin: undefined,
+      logLevel: 'info',
+      logRetentionDays: 30,
+      schedules: DEFAULT_SCHEDULES,
+      providerSecrets: [],
+      alarmEmail: undefined,
+      cdnReadTimeoutSeconds: 60,
+    });
+  });
+
+  it('treats prod and production as production stages, with a year of logs, unless told otherwise', () => {
+    expect(config({ stage: 'prod' })).toMatchObject({ production: true, logRetentionDays: 365 });
+    expect(config({ stage: 'production' }).production).toBe(true);
+    expect(config({ stage: 'eu-live', production: 'true' }).production).toBe(true);
+    expect(config({ stage: 'prod', production: false }).production).toBe(false);
+  });
+
+  it('reads the margin, schedules, secrets and retention from strings as -c passes them', () => {
+    const stage = config({
+      stage: 'staging',
+      priceMinMargin: '0.25',
+      usageReportSchedule: 'rate(1 minute)',
+      priceSyncSchedule: 'cron(0 3 * * ? *)',
+      providerSecrets: 'svc/openai/key-1, svc/groq/key-1,svc/openai/key-1',
+      logRetentionDays: '90',
+      logLevel: 'debug',
+    });
+    expect(stage).toMatchObject({
+      priceMinMargin: 0.25,
+      schedules: {
+        holdSweeper: 'rate(5 minutes)',
+        usageReport: 'rate(1 minute)',
+        priceSync: 'cron(0 3 * * ? *)',
+      },
+      providerSecrets: ['svc/openai/key-1', 'svc/groq/key-1'],
+      logRetentionDays: 90,
+      logLevel: 'debug',
+    });
+    expect(config({ providerSecrets: ['anthropic-key'] }).providerSecrets).toEqual(['anthropic-key']);
+  });
+
+  it.each([
+    [{ stage: 'Prod' }, '"stage"'],
+    [{ priceMinMargin: '-0.1' }, '"priceMinMargin"'],
+    [{ priceMinMargin: 'lots' }, '"priceMinMargin"'],
+    [{ holdSweeperSchedule: 'every 5 minutes' }, '"holdSweeperSchedule"'],
+    [{ logRetentionDays: '45' }, '"logRetentionDays"'],
+    [{ logLevel: 'verbose' }, '"logLevel"'],
+    [{ providerSecrets: 'open ai' }, '"providerSecrets"'],
+    [{ alarmEmail: 'ops' }, '"alarmEmail"'],
+    [{ production: 'yes' }, '"production"'],
+    [{ cdnReadTimeoutSeconds: '0' }, '"cdnReadTimeoutSeconds"'],
+  ])('fails the synth on a bad value, naming the key: %o', (context, key) => {
+    expect(() => config(context)).toThrow(key);
+  });
+});
