@@ -1,8 +1,8 @@
 /**
  * `npm start`: the gateway on one machine, on its embedded defaults — DynamoDB Local, the SQS and S3
  * emulators, the upstream simulator, and the Lambda handlers behind a local Function URL. Configuration is
- * by environment (see README): PORT, HOST, DEMO_API_KEY, DEMO_BALANCE_USD, UPSTREAM_BASE_URL, UPSTREAM_API_KEY,
- * UPSTREAM_MODEL, DATA_DIR, LOG_LEVEL, and the functions' own tunables. Stops cleanly on SIGINT/SIGTERM.
+ * by environment (see README): PORT, HOST, DEMO_API_KEY, DEMO_BALANCE_USD, REGISTRY_FILE, UPSTREAM_BASE_URL,
+ * UPSTREAM_API_KEY, UPSTREAM_MODEL, DATA_DIR, LOG_LEVEL, and the functions' own tunables. Stops cleanly on SIGINT/SIGTERM.
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -46,6 +46,9 @@ if (!Number.isFinite(demoBalanceUsd) || (demoBalanceUsd !== 0 && demoBalanceUsd 
   fail(`DEMO_BALANCE_USD must be 0 or at least 1 (the minimum top-up), got "${env.DEMO_BALANCE_USD}"`);
 }
 if (env.METERING && env.METERING !== 'on' && env.METERING !== 'off') fail(`METERING must be on or off`);
+if (env.REGISTRY_FILE && env.UPSTREAM_BASE_URL) {
+  fail("set REGISTRY_FILE or UPSTREAM_BASE_URL, not both (a registry file names each deployment's upstream)");
+}
 if (env.UPSTREAM_BASE_URL && !/^https?:\/\//.test(env.UPSTREAM_BASE_URL)) {
   fail(`UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL}"`);
 }
@@ -61,6 +64,8 @@ const stack = await startLocalStack({
   ...(env.DEMO_API_KEY ? { demoApiKey: env.DEMO_API_KEY } : {}),
   demoBalanceUsd,
   metering: env.METERING !== 'off',
+  // The file's `env:` key references resolve from this process's environment, as on Lambda.
+  ...(env.REGISTRY_FILE ? { registryFile: resolve(env.REGISTRY_FILE), secretEnv: env } : {}),
   ...(env.UPSTREAM_BASE_URL ? { upstreamBaseUrl: env.UPSTREAM_BASE_URL } : {}),
   ...(env.UPSTREAM_API_KEY ? { upstreamApiKey: env.UPSTREAM_API_KEY } : {}),
   ...(env.UPSTREAM_MODEL ? { upstreamModel: env.UPSTREAM_MODEL } : {}),
@@ -72,12 +77,22 @@ const stack = await startLocalStack({
 mkdirSync(resolve(STACK_FILE, '..'), { recursive: true });
 writeFileSync(
   STACK_FILE,
-  JSON.stringify({ url: stack.url, emulators: stack.emulators, resources: stack.resources }, null, 2),
+  JSON.stringify(
+    {
+      url: stack.url,
+      emulators: stack.emulators,
+      resources: stack.resources,
+      simulatorUrl: stack.simulatorUrl,
+    },
+    null,
+    2,
+  ),
 );
 
 console.log(`
 gateway listening on ${stack.url}/v1  (ready in ${Date.now() - started} ms)
-upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : env.UPSTREAM_BASE_URL}
+status page: ${stack.url}/  (usage.json republished every 5 minutes)
+${env.REGISTRY_FILE ? `registry: ${env.REGISTRY_FILE}\n` : ''}upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : (env.UPSTREAM_BASE_URL ?? 'as the registry file says')}
 demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}
 demo wallet: ${demoBalanceUsd} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}
 

@@ -1,4 +1,6 @@
-import { queues, type TableId, tables } from '#lib/resources.ts';
+import { DEFAULT_HEALTH_POLICY, type HealthPolicy } from '#core/health.ts';
+import { DEFAULT_PRICE_MIN_MARGIN } from '#core/price-floor.ts';
+import { buckets, queues, type TableId, tables } from '#lib/resources.ts';
 
 /**
  * Function configuration, read once per cold start from the environment and typed. A missing or
@@ -27,6 +29,12 @@ export interface Config {
   /** Settlements of one SQS batch written at once; they contend only when they share an account. */
   readonly settlementParallelism: number;
   readonly logLevel: LogLevel;
+  /** The site bucket (status page, `usage.json`); only the usage-report function is given one. */
+  readonly siteBucket: string | null;
+  /** Circuit breaker and rolling-window settings of deployment health (ADR 0006). */
+  readonly health: HealthPolicy;
+  /** Minimum margin over upstream cost that published prices never fall below (0.2 = 20 %). */
+  readonly priceMinMargin: number;
 }
 
 export interface UpstreamConfig {
@@ -58,6 +66,16 @@ const integer = (env: Env, name: string, fallback: number, min = 0): number => {
   const value = Number(raw);
   if (!Number.isInteger(value) || value < min) {
     throw new Error(`Environment variable ${name} must be an integer >= ${min}, got "${raw}"`);
+  }
+  return value;
+};
+
+const fraction = (env: Env, name: string, fallback: number, max = 1): number => {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < 0 || value > max) {
+    throw new Error(`Environment variable ${name} must be a number from 0 to ${max}, got "${raw}"`);
   }
   return value;
 };
@@ -106,4 +124,14 @@ export const loadConfig = (env: Env): Config => ({
   settlementLingerMs: integer(env, 'SETTLEMENT_LINGER_MS', 0),
   settlementParallelism: integer(env, 'SETTLEMENT_PARALLELISM', 4, 1),
   logLevel: logLevel(env),
+  siteBucket: env[buckets.site.envVar]?.trim() || null,
+  health: {
+    windowMs: integer(env, 'HEALTH_WINDOW_MS', DEFAULT_HEALTH_POLICY.windowMs, 1000),
+    minCalls: integer(env, 'HEALTH_MIN_CALLS', DEFAULT_HEALTH_POLICY.minCalls, 1),
+    failureRate: fraction(env, 'HEALTH_FAILURE_RATE', DEFAULT_HEALTH_POLICY.failureRate),
+    overloadRun: integer(env, 'HEALTH_OVERLOAD_RUN', DEFAULT_HEALTH_POLICY.overloadRun, 1),
+    cooldownMs: integer(env, 'CIRCUIT_COOLDOWN_MS', DEFAULT_HEALTH_POLICY.cooldownMs, 1),
+    maxCooldownMs: integer(env, 'CIRCUIT_MAX_COOLDOWN_MS', DEFAULT_HEALTH_POLICY.maxCooldownMs, 1),
+  },
+  priceMinMargin: fraction(env, 'PRICE_MIN_MARGIN', DEFAULT_PRICE_MIN_MARGIN, 10),
 });

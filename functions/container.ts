@@ -6,24 +6,27 @@ import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoKeyStore, hashKey } from '#adapters/dynamo-key-store.ts';
 import { DynamoRegistry, RegistryCache } from '#adapters/dynamo-registry.ts';
 import { createLogger, type Logger } from '#adapters/logger.ts';
-import { EnvSecretResolver, type SecretResolver } from '#adapters/secrets.ts';
+import { defaultSecretResolver, type SecretResolver } from '#adapters/secrets.ts';
 import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
 import { o200kTokenCounter } from '#adapters/tokenizer.ts';
+import { AnthropicChat, anthropicAuth } from '#adapters/upstream/anthropic-chat.ts';
 import { UpstreamHttp } from '#adapters/upstream/http.ts';
 import { KeyRing } from '#adapters/upstream/key-ring.ts';
 import { OpenAiCompatibleSpeech, OpenAiCompatibleTranscriptions } from '#adapters/upstream/openai-audio.ts';
 import { OpenAiCompatibleChat } from '#adapters/upstream/openai-compatible.ts';
 import { OpenAiCompatibleEmbeddings } from '#adapters/upstream/openai-embeddings.ts';
 import { OpenAiHttp } from '#adapters/upstream/openai-http.ts';
+import { OpenAiCompatiblePrices } from '#adapters/upstream/openai-prices.ts';
 import type { AccountProfile } from '#core/accounting.ts';
 import { Admission } from '#core/admission.ts';
 import { Authenticator } from '#core/authenticator.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 import { Gateway } from '#core/gateway.ts';
+import { HealthBoard } from '#core/health.ts';
 import type { AudioProbe, Clock, Random, SettlementSink, Sleep, TokenCounter } from '#core/ports.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { AdapterName } from '#core/registry.ts';
-import type { ProviderAdapter } from '#core/upstream.ts';
+import type { PriceSource, ProviderAdapter } from '#core/upstream.ts';
 import { type Config, loadConfig } from './config.ts';
 
 /** Everything a handler needs, built once per cold start (composition root). */
@@ -36,6 +39,10 @@ export interface Container {
   readonly audio: AudioProbe;
   readonly gateway: Gateway;
   readonly registry: RegistryCache;
+  /** The registry table itself, for the functions that change it (price sync). */
+  readonly registryStore: DynamoRegistry;
+  /** A provider protocol's price list reader, or null when the protocol has none. */
+  prices(adapter: AdapterName): PriceSource | null;
   readonly settlements: SettlementSink;
   readonly accounting: DynamoAccounting;
   readonly accounts: DynamoAccounts;
@@ -78,11 +85,13 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
   const dynamo = new DynamoDBClient({ maxAttempts: 3, ...options.aws?.dynamodb });
   // TLS (or loopback) already protects the body; the SDK's extra MD5 check is pure CPU on the hot path.
   const sqs = new SQSClient({ maxAttempts: 5, md5: false, ...options.aws?.sqs });
+  const registryStore = new DynamoRegistry(dynamo, config.tables.registry);
   const registry = new RegistryCache(
-    new DynamoRegistry(dynamo, config.tables.registry),
+    registryStore,
     clock,
     config.registryRefreshMs,
     log,
+    config.priceMinMargin,
   );
   const accounts = new DynamoAccounts(dynamo, config.tables.accounts);
   const accounting = new DynamoAccounting(
@@ -117,7 +126,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     ttlMs: config.keyCacheTtlMs,
   });
   const http = new UpstreamHttp(config.upstream.connectionsPerOrigin);
-  const keys = new KeyRing(options.secrets ?? new EnvSecretResolver(env));
+  const keys = new KeyRing(options.secrets ?? defaultSecretResolver(env));
   const openAi = new OpenAiHttp(http, keys, config.upstream);
   const adapters: Readonly<Record<AdapterName, ProviderAdapter>> = {
     'openai-compatible': {
@@ -125,8 +134,11 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
       embeddings: new OpenAiCompatibleEmbeddings(openAi),
       transcriptions: new OpenAiCompatibleTranscriptions(openAi),
       speech: new OpenAiCompatibleSpeech(openAi),
+      prices: new OpenAiCompatiblePrices(keys),
     },
-    anthropic: {},
+    anthropic: {
+      chat: new AnthropicChat(new OpenAiHttp(http, keys, config.upstream, anthropicAuth)),
+    },
   };
   return {
     config,
@@ -136,6 +148,8 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     tokens: o200kTokenCounter,
     audio: musicMetadataProbe,
     registry,
+    registryStore,
+    prices: (adapter) => adapters[adapter]?.prices ?? null,
     accounting,
     accounts,
     gateway: new Gateway({
@@ -145,6 +159,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
       clock,
       random,
       maxAttempts: config.upstream.maxAttempts,
+      health: new HealthBoard(config.health, clock),
     }),
     settlements:
       options.settlements ??

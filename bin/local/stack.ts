@@ -7,6 +7,8 @@ import type { Clock } from '#core/ports.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { type Config, loadConfig } from '#functions/config.ts';
 import { type Container, createContainer } from '#functions/container.ts';
+import type { PriceSyncResult } from '#functions/price-sync.ts';
+import type { UsageReportEvent, UsageReportSummary } from '#functions/usage-report.ts';
 import { errorResponse } from '#http/handler.ts';
 import { queues, tables } from '#lib/resources.ts';
 import type { ConsumerWorkerInput } from './consumer-worker.ts';
@@ -20,6 +22,7 @@ import {
 } from './function-url.ts';
 import { installLambdaGlobals, isStreamingHandler, type StreamingHandler } from './lambda-runtime.ts';
 import { type Provisioned, provision } from './provision.ts';
+import { readRegistryFile } from './registry-file.ts';
 import {
   DEMO_ACCOUNT_ID,
   externalDeployments,
@@ -27,8 +30,10 @@ import {
   SIMULATOR_SECRETS,
   seed,
   simulatorDeployments,
+  simulatorPrices,
 } from './seed.ts';
 import { ThreadedSettlementSink } from './settlement-thread.ts';
+import { startLocalSite } from './site.ts';
 import { startServiceWorker } from './workers.ts';
 
 export interface LocalStackOptions {
@@ -41,6 +46,13 @@ export interface LocalStackOptions {
   readonly emulators?: EmulatorEndpoints;
   /** Prefix of every table, queue and bucket name, isolating stacks that share emulators. */
   readonly prefix?: string;
+  /**
+   * Seed the registry from this registry file (docs/registry.md) instead of the catalog: it is validated
+   * before anything starts, its `{{SIMULATOR_URL}}` is the simulator, and it replaces `upstreamBaseUrl`.
+   */
+  readonly registryFile?: string;
+  /** Where the `env:` key references of a registry file resolve (npm start passes its own environment). */
+  readonly secretEnv?: Readonly<Record<string, string | undefined>>;
   /** Point every seeded deployment at this OpenAI-compatible server; the simulator is then not started. */
   readonly upstreamBaseUrl?: string;
   readonly upstreamApiKey?: string;
@@ -61,6 +73,10 @@ export interface LocalStackOptions {
   readonly settlementVisibilityTimeoutSeconds?: number;
   /** How often the sweeper runs (default 60 s). */
   readonly sweepIntervalMs?: number;
+  /** How often the price sync runs (default 10 minutes; 0 turns the schedule off). */
+  readonly priceSyncIntervalMs?: number;
+  /** How often the usage report is published (default 5 minutes with `consumers`, else 0: on demand only). */
+  readonly usageReportIntervalMs?: number;
   /** Benchmark only: serve without admission (no limits, no holds) to measure what metering costs. */
   readonly metering?: boolean;
   /** Tests: the gateway's clock (GCRA with an injected clock). */
@@ -78,12 +94,18 @@ export interface LocalStack {
   readonly resources: Provisioned;
   readonly config: Config;
   readonly container: Container;
+  /** Runs the scheduled price sync now (it also runs every `priceSyncIntervalMs`). */
+  priceSync(): Promise<PriceSyncResult>;
+  /** Publishes `usage.json` now, as of `event.time` if given (it also runs every `usageReportIntervalMs`). */
+  usageReport(event?: UsageReportEvent): Promise<UsageReportSummary>;
   stop(): Promise<void>;
 }
 
 interface Route {
   readonly method: string;
   readonly path: string;
+  /** Also serves every path below `path/` (e.g. `/v1/models/{id}`). */
+  readonly prefix?: boolean;
   /** The Lambda function name this route belongs to (for its invocation context). */
   readonly name: string;
   readonly handler: StreamingHandler;
@@ -106,6 +128,9 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     for (const stop of stops.reverse()) await stop().catch(() => {});
   };
   try {
+    // A bad registry file fails here, naming the field at fault, before any emulator starts.
+    const registryFile = options.registryFile ? readRegistryFile(options.registryFile) : null;
+    for (const warning of registryFile?.warnings ?? []) log(`registry file: ${warning}`);
     let emulators: EmulatorEndpoints;
     if (options.emulators) emulators = options.emulators;
     else {
@@ -119,10 +144,10 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
         ? { settlementVisibilityTimeoutSeconds: options.settlementVisibilityTimeoutSeconds }
         : {}),
     });
-    const models = readCatalog();
+    const models = registryFile?.models ?? readCatalog();
 
     let simulatorUrl: string | null = null;
-    if (!options.upstreamBaseUrl) {
+    if (registryFile ? registryFile.usesSimulator : !options.upstreamBaseUrl) {
       if (options.simulatorUrl) simulatorUrl = options.simulatorUrl;
       else {
         const simulator = await startServiceWorker<{ url: string }>(
@@ -130,6 +155,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
           {
             latencyMs: options.simulatorLatencyMs ?? 0,
             promptCachingModels: models.filter((m) => m.flags.promptCaching).map((m) => m.id),
+            prices: simulatorPrices(models),
           },
         );
         stops.push(() => simulator.stop());
@@ -137,12 +163,16 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
         log(`upstream simulator listening on ${simulatorUrl}`);
       }
     }
-    const deployments = options.upstreamBaseUrl
-      ? externalDeployments(models, options.upstreamBaseUrl, {
-          ...(options.upstreamApiKey ? { keyRef: 'env:UPSTREAM_API_KEY' } : {}),
-          ...(options.upstreamModel ? { upstreamModel: options.upstreamModel } : {}),
-        })
-      : simulatorDeployments(models, simulatorUrl as string);
+    const deployments = registryFile
+      ? registryFile.deployments(simulatorUrl)
+      : options.upstreamBaseUrl
+        ? externalDeployments(models, options.upstreamBaseUrl, {
+            ...(options.upstreamApiKey ? { keyRef: 'env:UPSTREAM_API_KEY' } : {}),
+            ...(options.upstreamModel ? { upstreamModel: options.upstreamModel } : {}),
+          })
+        : simulatorDeployments(models, simulatorUrl as string);
+    if (registryFile)
+      await registryFile.retireUnlisted(emulators.dynamodb, resources.tables.registry, deployments);
 
     const { demoApiKey } = await seed({
       dynamodbEndpoint: emulators.dynamodb,
@@ -176,6 +206,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     stops.push(() => settlements.stop());
     const container = createContainer(config, {
       env: {
+        ...options.secretEnv,
         ...SIMULATOR_SECRETS,
         ...(options.upstreamApiKey ? { UPSTREAM_API_KEY: options.upstreamApiKey } : {}),
       },
@@ -208,9 +239,30 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       stops.push(() => consumer.stop());
     }
 
+    const priceSyncHandler = (await import('#functions/price-sync.ts')).createHandler(() => container);
+    const priceSync = () => priceSyncHandler({}, invocationContext('price-sync', 60_000));
+    const priceSyncEvery = options.priceSyncIntervalMs ?? 10 * 60_000;
+    if (priceSyncEvery > 0) {
+      const timer = setInterval(() => {
+        priceSync().catch((error: unknown) => container.log.warn('price sync failed', { error }));
+      }, priceSyncEvery);
+      timer.unref();
+      stops.push(async () => clearInterval(timer));
+    }
+
     const routes = await loadRoutes(container);
+    // The site bucket behind the site root (`/`, `/usage.json`), and the usage report's schedule.
+    const site = await startLocalSite({
+      endpoints: emulators,
+      bucket: resources.siteBucket,
+      config,
+      reportIntervalMs: options.usageReportIntervalMs ?? ((options.consumers ?? true) ? 5 * 60_000 : 0),
+      log: container.log,
+    });
+    stops.push(() => site.stop());
+
     const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
-      serve(routes, req, res).catch((error: unknown) => {
+      (site.handles(req) ? site.serve(req, res) : serve(routes, req, res)).catch((error: unknown) => {
         container.log.error('local host failed a request', { error });
         if (!res.headersSent) res.writeHead(500).end();
         else res.destroy();
@@ -233,6 +285,8 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       resources,
       config,
       container,
+      priceSync,
+      usageReport: (event) => site.runReport(event),
       stop: stopAll,
     };
   } catch (error) {
@@ -253,12 +307,22 @@ const loadRoutes = async (container: Container): Promise<Route[]> => {
     ['/v1/audio/transcriptions', 'audio-transcriptions', await import('#functions/audio-transcriptions.ts')],
     ['/v1/audio/speech', 'audio-speech', await import('#functions/audio-speech.ts')],
   ] as const;
-  return functions.map(([path, name, module]) => ({
-    method: 'POST',
-    path,
-    name,
-    handler: asStreaming(module.createHandler(() => container)),
-  }));
+  const models = await import('#functions/models.ts');
+  return [
+    ...functions.map(([path, name, module]) => ({
+      method: 'POST',
+      path,
+      name,
+      handler: asStreaming(module.createHandler(() => container)),
+    })),
+    {
+      method: 'GET',
+      path: '/v1/models',
+      prefix: true,
+      name: 'models',
+      handler: asStreaming(models.createHandler(() => container)),
+    },
+  ];
 };
 
 const asStreaming = (handler: unknown): StreamingHandler => {
@@ -270,7 +334,9 @@ const hostRequestId = () => `req_${randomUUID().replaceAll('-', '')}`;
 
 const serve = async (routes: readonly Route[], req: IncomingMessage, res: ServerResponse): Promise<void> => {
   const path = (req.url ?? '/').split('?')[0] ?? '/';
-  const route = routes.find((r) => r.path === path && r.method === req.method);
+  const route = routes.find(
+    (r) => r.method === req.method && (r.path === path || (r.prefix && path.startsWith(`${r.path}/`))),
+  );
   if (!route) {
     send(res, errorResponse(new RouteNotFoundError(req.method ?? 'GET', path), hostRequestId()));
     req.resume();

@@ -4,7 +4,7 @@ import OpenAI from 'openai';
 import { inject } from 'vitest';
 import type { SettlementRecord } from '#core/settlement.ts';
 import { localClientConfig } from '#local/emulators.ts';
-import { readCatalog } from '#local/seed.ts';
+import { readCatalog, simulatorPrices } from '#local/seed.ts';
 import { type LocalStack, type LocalStackOptions, startLocalStack } from '#local/stack.ts';
 import { type Simulator, type SimulatorOptions, startSimulator } from '#sim/server.ts';
 
@@ -30,6 +30,12 @@ const TEST_FUNCTION_ENV = {
 };
 
 /**
+ * For test files that inject upstream faults on purpose to check each request's own attempts: the circuit
+ * breaker must not learn across their tests. Circuits have their own tests (health-routing.test.ts).
+ */
+export const NO_CIRCUIT_BREAKING = { HEALTH_MIN_CALLS: '1000000', HEALTH_OVERLOAD_RUN: '1000000' } as const;
+
+/**
  * A whole local stack on the shared emulators, with its own simulator (so a test file can inject faults
  * without disturbing others) and its own table/queue prefix.
  */
@@ -37,10 +43,10 @@ export const startTestStack = async (
   options: Partial<LocalStackOptions> & { simulatorOptions?: SimulatorOptions } = {},
 ): Promise<TestStack> => {
   const { simulatorOptions, functionEnv, ...stackOptions } = options;
+  const catalog = readCatalog();
   const simulator = await startSimulator({
-    promptCachingModels: readCatalog()
-      .filter((m) => m.flags.promptCaching)
-      .map((m) => m.id),
+    promptCachingModels: catalog.filter((m) => m.flags.promptCaching).map((m) => m.id),
+    prices: simulatorPrices(catalog),
     ...simulatorOptions,
   });
   const stack = await startLocalStack({
@@ -53,6 +59,8 @@ export const startTestStack = async (
     // that read the queue see every record.
     demoBalanceUsd: 100,
     consumers: false,
+    // The price sync runs when a test asks (stack.priceSync()), not on a timer.
+    priceSyncIntervalMs: 0,
     ...stackOptions,
   });
   const baseURL = `${stack.url}/v1`;
