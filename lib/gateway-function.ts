@@ -115,6 +115,7 @@ export class GatewayFunction extends Construct {
       environment: {
         // Stack traces point into functions/*.ts through the bundle's source map.
         NODE_OPTIONS: '--enable-source-maps',
+        ...stage.functionEnv,
         LOG_LEVEL: stage.logLevel,
         ...(stage.priceMinMargin === undefined ? {} : { PRICE_MIN_MARGIN: String(stage.priceMinMargin) }),
       },

@@ -4,6 +4,8 @@
  * Plain data and parsing only: importable without `aws-cdk-lib`. Every key is documented in the README
  * ("Deploy to AWS").
  */
+import { loadConfig } from '#functions/config.ts';
+import { queues, tables } from './resources.ts';
 
 /** Schedules a scheduled function can name (`schedule('…')` in lib/functions.ts). */
 export type ScheduleId = 'holdSweeper' | 'usageReport' | 'priceSync';
@@ -35,7 +37,72 @@ export interface StageConfig {
    * increase; long non-streamed completions can use the API or Function URLs directly instead.
    */
   readonly cdnReadTimeoutSeconds: number;
+  /** Tuning variables given to every function (`functionEnv` context; names in TUNABLE_ENV). */
+  readonly functionEnv: Readonly<Record<string, string>>;
 }
+
+/**
+ * The function settings an operator may tune per stage (README, "Configuration"). Resource names come from
+ * the stacks, and LOG_LEVEL and PRICE_MIN_MARGIN have their own context keys.
+ */
+export const TUNABLE_ENV: readonly string[] = [
+  'KEY_CACHE_TTL_MS',
+  'ACCOUNT_CACHE_TTL_MS',
+  'HOLD_TTL_MS',
+  'REGISTRY_REFRESH_MS',
+  'MAX_JSON_BODY_BYTES',
+  'MAX_AUDIO_BODY_BYTES',
+  'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS',
+  'UPSTREAM_COMPLETION_TIMEOUT_MS',
+  'UPSTREAM_IDLE_TIMEOUT_MS',
+  'UPSTREAM_MAX_ATTEMPTS',
+  'UPSTREAM_CONNECTIONS_PER_ORIGIN',
+  'SETTLEMENT_LINGER_MS',
+  'SETTLEMENT_PARALLELISM',
+  'HEALTH_WINDOW_MS',
+  'HEALTH_MIN_CALLS',
+  'HEALTH_FAILURE_RATE',
+  'HEALTH_OVERLOAD_RUN',
+  'CIRCUIT_COOLDOWN_MS',
+  'CIRCUIT_MAX_COOLDOWN_MS',
+];
+
+/**
+ * `-c functionEnv='{"HOLD_TTL_MS":"600000"}'` or an object in cdk.json. Names outside TUNABLE_ENV are refused,
+ * and values are checked by the functions' own config parser, so a bad one fails the synth, naming it.
+ */
+const functionEnv = (context: Context, key: string): Readonly<Record<string, string>> => {
+  const raw = context(key);
+  if (raw === undefined || raw === null || raw === '') return {};
+  let value: unknown = raw;
+  if (typeof raw === 'string') {
+    try {
+      value = JSON.parse(raw);
+    } catch {
+      return fail(key, 'a JSON object of variable names to values', raw);
+    }
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    return fail(key, 'a JSON object of variable names to values', raw);
+  const env: Record<string, string> = {};
+  for (const [name, v] of Object.entries(value)) {
+    if (!TUNABLE_ENV.includes(name)) fail(key, `names among ${TUNABLE_ENV.join(', ')}`, name);
+    if (typeof v !== 'string' && typeof v !== 'number') fail(key, `a string or number for ${name}`, v);
+    env[name] = String(v);
+  }
+  try {
+    loadConfig({ ...CONFIG_PLACEHOLDERS, ...env });
+  } catch (error) {
+    fail(key, 'valid values', (error as Error).message);
+  }
+  return env;
+};
+
+/** Stand-ins for the names the stacks set, so loadConfig can check the tunable values on their own. */
+const CONFIG_PLACEHOLDERS: Readonly<Record<string, string>> = Object.fromEntries([
+  ...Object.values(tables).map((t) => [t.envVar, 'placeholder']),
+  [queues.settlement.envVar, 'placeholder'],
+]);
 
 export const DEFAULT_SCHEDULES: Readonly<Record<ScheduleId, string>> = {
   holdSweeper: 'rate(5 minutes)',
@@ -140,5 +207,6 @@ export const stageConfig = (context: Context): StageConfig => {
         (n) => Number.isInteger(n) && n >= 1 && n <= 180,
         'an integer 1–180',
       ) ?? 60,
+    functionEnv: functionEnv(context, 'functionEnv'),
   };
 };

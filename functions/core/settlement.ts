@@ -27,7 +27,10 @@ export interface Fault {
   /** How it failed: an upstream failure kind, a 503's reason, `internal`, or `client` (the caller's error). */
   readonly kind: FailureKind | UnavailableReason | 'internal' | 'client';
   readonly status: number | null;
-  /** Operator-facing text; never contains keys or request content. */
+  /**
+   * Operator-facing text (the error's message): never keys or message content, but it may name what the caller
+   * sent wrong (a model id, a parameter). It stays internal; the public report words faults itself (ADR 0008).
+   */
   readonly detail: string;
 }
 

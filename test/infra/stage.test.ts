@@ -17,6 +17,7 @@ describe('stageConfig', () => {
       providerSecrets: [],
       alarmEmail: undefined,
       cdnReadTimeoutSeconds: 60,
+      functionEnv: {},
     });
   });
 
@@ -51,6 +52,16 @@ describe('stageConfig', () => {
     expect(config({ providerSecrets: ['anthropic-key'] }).providerSecrets).toEqual(['anthropic-key']);
   });
 
+  it('passes tunable function settings through, from a JSON string or an object', () => {
+    expect(config({ functionEnv: '{"HOLD_TTL_MS":"600000","HEALTH_MIN_CALLS":10}' }).functionEnv).toEqual({
+      HOLD_TTL_MS: '600000',
+      HEALTH_MIN_CALLS: '10',
+    });
+    expect(config({ functionEnv: { CIRCUIT_COOLDOWN_MS: 5000 } }).functionEnv).toEqual({
+      CIRCUIT_COOLDOWN_MS: '5000',
+    });
+  });
+
   it.each([
     [{ stage: 'Prod' }, '"stage"'],
     [{ priceMinMargin: '-0.1' }, '"priceMinMargin"'],
@@ -62,6 +73,9 @@ describe('stageConfig', () => {
     [{ alarmEmail: 'ops' }, '"alarmEmail"'],
     [{ production: 'yes' }, '"production"'],
     [{ cdnReadTimeoutSeconds: '0' }, '"cdnReadTimeoutSeconds"'],
+    [{ functionEnv: '{"HOLD_TTL_MS":' }, '"functionEnv"'],
+    [{ functionEnv: '{"SETTLEMENT_QUEUE_URL":"x"}' }, 'SETTLEMENT_QUEUE_URL'],
+    [{ functionEnv: '{"HEALTH_FAILURE_RATE":"2"}' }, 'HEALTH_FAILURE_RATE'],
   ])('fails the synth on a bad value, naming the key: %o', (context, key) => {
     expect(() => config(context)).toThrow(key);
   });
