@@ -68,8 +68,16 @@ interface Sample {
   readonly ms: number;
 }
 
+interface Counts {
+  readonly calls: number;
+  readonly failures: number;
+  readonly p50Ms: number | null;
+}
+
 interface Circuit {
   samples: Sample[];
+  /** The window's counts as last computed; null once a sample was added (see #counts). */
+  counts: Counts | null;
   overloadRun: number;
   state: 'closed' | 'open';
   reason: OpenReason | null;
@@ -101,11 +109,13 @@ export class HealthBoard {
       if (ok) this.#close(circuit);
       else this.#open(circuit, outcome === 'overloaded' ? 'overloaded' : 'failing', now, true);
       if (ok) circuit.samples.push({ at: now, ok, ms });
+      circuit.counts = null;
       return;
     }
     if (circuit.state === 'open') return; // a straggler from before the circuit opened
     circuit.samples.push({ at: now, ok, ms });
     if (circuit.samples.length > MAX_SAMPLES) circuit.samples.shift();
+    circuit.counts = null;
     circuit.overloadRun = outcome === 'overloaded' ? circuit.overloadRun + 1 : 0;
     if (circuit.overloadRun >= this.#policy.overloadRun) {
       this.#open(circuit, 'overloaded', now, false);
@@ -179,6 +189,7 @@ export class HealthBoard {
     if (!circuit) {
       circuit = {
         samples: [],
+        counts: null,
         overloadRun: 0,
         state: 'closed',
         reason: null,
@@ -191,9 +202,15 @@ export class HealthBoard {
     return circuit;
   }
 
-  #counts(circuit: Circuit, now: number): { calls: number; failures: number; p50Ms: number | null } {
+  /**
+   * The window's counts. Routing asks for them on every request, so they are computed once per change of the
+   * window (a sample added or aged out) and reused until the next one.
+   */
+  #counts(circuit: Circuit, now: number): Counts {
     const since = now - this.#policy.windowMs;
+    const before = circuit.samples.length;
     while (circuit.samples.length > 0 && (circuit.samples[0] as Sample).at < since) circuit.samples.shift();
+    if (circuit.counts !== null && circuit.samples.length === before) return circuit.counts;
     let failures = 0;
     const latencies: number[] = [];
     for (const s of circuit.samples) {
@@ -202,7 +219,8 @@ export class HealthBoard {
     }
     latencies.sort((a, b) => a - b);
     const p50Ms = latencies.length > 0 ? (latencies[Math.floor((latencies.length - 1) / 2)] as number) : null;
-    return { calls: circuit.samples.length, failures, p50Ms };
+    circuit.counts = { calls: circuit.samples.length, failures, p50Ms };
+    return circuit.counts;
   }
 
   #open(circuit: Circuit, reason: OpenReason, now: number, probeFailed: boolean): void {
@@ -220,6 +238,7 @@ export class HealthBoard {
     circuit.state = 'closed';
     circuit.reason = null;
     circuit.samples = [];
+    circuit.counts = null;
     circuit.overloadRun = 0;
     circuit.cooldownMs = this.#policy.cooldownMs;
   }
