@@ -23,7 +23,13 @@ export const createHandler = (container: () => Container) =>
       if (path === '/v1/models') {
         body = { object: 'list', data: catalog.list().map(modelObject) };
       } else if (path.startsWith('/v1/models/')) {
-        const id = decodeURIComponent(path.slice('/v1/models/'.length));
+        const raw = path.slice('/v1/models/'.length);
+        let id: string;
+        try {
+          id = decodeURIComponent(raw);
+        } catch {
+          throw new ModelNotFoundError(raw); // a malformed escape names no model
+        }
         const model = catalog.models.get(id);
         if (model?.status !== 'active') throw new ModelNotFoundError(id);
         body = modelObject(model);

@@ -45,12 +45,18 @@ export const createHandler = (container: () => Container) =>
       }),
     );
     const plan = planPriceSync(models, deployments, prices, c.config.priceMinMargin);
-    if (plan.updated.length > 0) await c.registryStore.put([], plan.updated);
-    for (const d of plan.updated) c.log.info('upstream cost updated', { deployment: d.id, cost: d.cost });
+    const updated: string[] = [];
+    for (const d of plan.updated) {
+      // Only the cost is written, and only while the deployment is still active (see DynamoRegistry.setCost).
+      if (await c.registryStore.setCost(d, d.cost as Rates)) {
+        updated.push(d.id);
+        c.log.info('upstream cost updated', { deployment: d.id, cost: d.cost });
+      }
+    }
     for (const r of plan.republished) c.log.info('published rates changed', r);
     return {
       checked: [...groups.values()].reduce((n, g) => n + g.length, 0),
-      updated: plan.updated.map((d) => d.id),
+      updated,
       failed,
       republished: plan.republished,
     };

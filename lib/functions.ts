@@ -21,6 +21,8 @@ export interface Uses {
   /** Queues the function sends to (a queue that triggers the function is its `trigger`, not a use). */
   readonly sendsTo?: readonly QueueId[];
   readonly buckets?: Readonly<Partial<Record<BucketId, BucketAccess>>>;
+  /** The object keys (a pattern, e.g. `usage.json`) a bucket's writes are limited to; default every object. */
+  readonly bucketObjects?: Readonly<Partial<Record<BucketId, string>>>;
   /** Reads the upstream provider keys (`secretsmanager:` references of the registry's deployments). */
   readonly providerSecrets?: boolean;
 }
@@ -93,7 +95,12 @@ export const functions = {
   },
   'usage-report': {
     trigger: schedule('usageReport'),
-    uses: { tables: { usage: 'read', registry: 'read' }, buckets: { site: 'write' } },
+    // It writes usage.json and nothing else: the status page's own files are the deployment's, not its.
+    uses: {
+      tables: { usage: 'read', registry: 'read' },
+      buckets: { site: 'write' },
+      bucketObjects: { site: 'usage.json' },
+    },
     timeoutSeconds: 300,
   },
 } as const satisfies Record<string, FunctionDefinition>;

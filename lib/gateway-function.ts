@@ -166,7 +166,7 @@ export class GatewayFunction extends Construct {
         );
       fn.addEnvironment(buckets[id].envVar, bucket.bucketName);
       if (access === 'read' || access === 'readWrite') bucket.grantRead(fn);
-      if (access === 'write' || access === 'readWrite') bucket.grantPut(fn);
+      if (access === 'write' || access === 'readWrite') bucket.grantPut(fn, uses.bucketObjects?.[id] ?? '*');
     }
     if (uses.providerSecrets) for (const secret of bindings.providerSecrets) secret.grantRead(fn);
   }

@@ -14,7 +14,7 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
 import type { Clock } from '#core/ports.ts';
-import { Catalog, type Deployment, type Model } from '#core/registry.ts';
+import { Catalog, type Deployment, type Model, type Rates } from '#core/registry.ts';
 import type { Logger } from './logger.ts';
 import { deploymentSchema, describeIssues, modelSchema } from './registry-codec.ts';
 
@@ -198,6 +198,32 @@ export class DynamoRegistry {
     )) as Deployment;
   }
 
+  /**
+   * Sets an active deployment's upstream cost, and nothing else: an operator's concurrent edit (weight,
+   * retirement) is never overwritten by the price sync. False when the deployment is gone or retired.
+   */
+  async setCost(deployment: Pick<Deployment, 'model' | 'id'>, cost: Rates): Promise<boolean> {
+    try {
+      await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: marshall(deploymentKey(deployment)),
+          UpdateExpression: 'SET #cost = :cost',
+          ConditionExpression: 'attribute_exists(pk) AND #status = :active',
+          ExpressionAttributeNames: { '#cost': 'cost', '#status': 'status' },
+          ExpressionAttributeValues: marshall(
+            { ':cost': cost, ':active': 'active' },
+            { removeUndefinedValues: true },
+          ),
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) return false;
+      throw error;
+    }
+  }
+
   async #setStatus(
     key: Record<string, string>,
     status: 'active' | 'retired',
@@ -243,7 +269,8 @@ export class RegistryConflictError extends Error {
   override readonly name = 'RegistryConflictError';
 }
 
-const modelItem = (m: Model) => marshall({ ...modelKey(m.id), ...m }, { removeUndefinedValues: true });
+const modelItem = (m: Model) =>
+  marshall({ ...modelKey(m.id), ...listed(m) }, { removeUndefinedValues: true });
 const deploymentItem = (d: Deployment) =>
   marshall({ ...deploymentKey(d), ...d }, { removeUndefinedValues: true });
 

@@ -86,7 +86,8 @@ export class DynamoUsage implements UsageSource {
           requestId: sk.slice(sk.indexOf('#') + 1),
           group: item.group?.S ?? 'platform',
           status: Number(item.status?.N ?? 500),
-          detail: item.detail?.S ?? '',
+          // Never empty: the published schema requires a detail, and one bad item must not block the report.
+          detail: item.detail?.S || 'fault',
         });
       }
     }

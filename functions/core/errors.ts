@@ -137,7 +137,7 @@ export class InternalError extends ApiError {
  * Why a 503 happened. The client sees the same body for all three; the usage report does not: an empty
  * registry or a model nothing can serve is an incident (ADR 0008), an unreachable store is a platform fault.
  */
-export type UnavailableReason = 'registry_empty' | 'no_eligible_model' | 'accounting';
+export type UnavailableReason = 'registry_empty' | 'no_eligible_model' | 'circuits_open' | 'accounting';
 
 /**
  * 503: nothing can serve the request — no eligible deployment, an empty registry, or the accounting

@@ -8,6 +8,8 @@ import type { Deployment } from './registry.ts';
  * - `overloaded`: 429 `engine_overloaded`; `rate_limited`: any other 429 (our key's quota).
  * - `server_error`: 5xx; `auth`: 401/403 (our key is bad); `protocol`: unparseable reply.
  * - `rejected`: the upstream refused the request itself (other 4xx); no other deployment will do better.
+ * - `unsupported`: this deployment's protocol cannot express the request (e.g. `n` > 1 on Anthropic); another
+ *   deployment may, so routing moves on. Only when none can does the client get the 400.
  */
 export type FailureKind =
   | 'connect'
@@ -18,7 +20,8 @@ export type FailureKind =
   | 'server_error'
   | 'auth'
   | 'protocol'
-  | 'rejected';
+  | 'rejected'
+  | 'unsupported';
 
 export interface UpstreamErrorBody {
   readonly message: string;
@@ -137,6 +140,7 @@ const record = (
 
 const exhausted = (attempts: readonly Attempt[], last: UpstreamFailure | null): never => {
   const failed = attempts.filter((a) => a.outcome !== 'ok');
+  if (last && failed.length > 0 && failed.every((a) => a.outcome === 'unsupported')) throw rejected(last);
   if (failed.length > 0 && failed.every((a) => a.outcome !== 'ok' && BUSY.has(a.outcome))) {
     throw new EngineOverloadedError({ headers: { 'retry-after': '1' }, cause: last });
   }

@@ -85,9 +85,13 @@ export class Gateway {
     } finally {
       // Failed attempts count now; the one that served is judged when the call ends (observeEnd), because a
       // stream that breaks after its first byte was not a success.
+      // A deployment that served after one of its keys failed is healthy: that was the key's fault (and key
+      // cycling handled it); counting it would reopen a circuit whose probe just succeeded.
       if (health) {
-        for (const a of call.attempts.slice(before)) {
-          if (a.outcome !== 'ok') health.record(a.deployment, a.outcome, a.ms);
+        const attempts = call.attempts.slice(before);
+        const served = attempts.find((a) => a.outcome === 'ok')?.deployment;
+        for (const a of attempts) {
+          if (a.outcome !== 'ok' && a.deployment !== served) health.record(a.deployment, a.outcome, a.ms);
         }
       }
     }

@@ -46,12 +46,15 @@ export interface DeploymentHealthView {
   readonly degraded: boolean;
   readonly calls: number;
   readonly failures: number;
+  readonly busy: number;
   /** Median latency of successful attempts in the window, ms (null: none). */
   readonly p50Ms: number | null;
 }
 
 /** Outcomes that say nothing about the deployment: the request itself was refused. */
-const NEUTRAL: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['rejected']);
+const NEUTRAL: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['rejected', 'unsupported']);
+/** "Busy" outcomes: they count towards the overload run, and a circuit opened only by them is `overloaded`. */
+const BUSY: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['overloaded', 'rate_limited']);
 
 /** Share of failures that marks a closed deployment as degraded. */
 const DEGRADED_FAILURE_RATE = 0.2;
@@ -65,12 +68,15 @@ const MAX_SAMPLES = 200;
 interface Sample {
   readonly at: number;
   readonly ok: boolean;
+  readonly busy: boolean;
   readonly ms: number;
 }
 
 interface Counts {
   readonly calls: number;
   readonly failures: number;
+  /** Failures that were "busy" (overloaded, rate-limited). */
+  readonly busy: number;
   readonly p50Ms: number | null;
 }
 
@@ -107,23 +113,24 @@ export class HealthBoard {
     if (probing) {
       circuit.probeAt = null;
       if (ok) this.#close(circuit);
-      else this.#open(circuit, outcome === 'overloaded' ? 'overloaded' : 'failing', now, true);
-      if (ok) circuit.samples.push({ at: now, ok, ms });
+      else this.#open(circuit, BUSY.has(outcome) ? 'overloaded' : 'failing', now, true);
+      if (ok) circuit.samples.push({ at: now, ok, busy: false, ms });
       circuit.counts = null;
       return;
     }
     if (circuit.state === 'open') return; // a straggler from before the circuit opened
-    circuit.samples.push({ at: now, ok, ms });
+    circuit.samples.push({ at: now, ok, busy: BUSY.has(outcome), ms });
     if (circuit.samples.length > MAX_SAMPLES) circuit.samples.shift();
     circuit.counts = null;
-    circuit.overloadRun = outcome === 'overloaded' ? circuit.overloadRun + 1 : 0;
+    circuit.overloadRun = BUSY.has(outcome) ? circuit.overloadRun + 1 : 0;
     if (circuit.overloadRun >= this.#policy.overloadRun) {
       this.#open(circuit, 'overloaded', now, false);
       return;
     }
-    const { calls, failures } = this.#counts(circuit, now);
+    const { calls, failures, busy } = this.#counts(circuit, now);
     if (calls >= this.#policy.minCalls && failures / calls >= this.#policy.failureRate) {
-      this.#open(circuit, 'failing', now, false);
+      // An upstream that only ever said "busy" is overloaded, however its answers interleaved.
+      this.#open(circuit, busy === failures ? 'overloaded' : 'failing', now, false);
     }
   }
 
@@ -169,7 +176,7 @@ export class HealthBoard {
     const circuit = this.#circuits.get(deploymentId);
     const counts = circuit
       ? this.#counts(circuit, this.#clock.now())
-      : { calls: 0, failures: 0, p50Ms: null };
+      : { calls: 0, failures: 0, busy: 0, p50Ms: null };
     return {
       state: this.state(deploymentId),
       reason: circuit?.state === 'open' ? circuit.reason : null,
@@ -212,14 +219,18 @@ export class HealthBoard {
     while (circuit.samples.length > 0 && (circuit.samples[0] as Sample).at < since) circuit.samples.shift();
     if (circuit.counts !== null && circuit.samples.length === before) return circuit.counts;
     let failures = 0;
+    let busy = 0;
     const latencies: number[] = [];
     for (const s of circuit.samples) {
       if (s.ok) latencies.push(s.ms);
-      else failures++;
+      else {
+        failures++;
+        if (s.busy) busy++;
+      }
     }
     latencies.sort((a, b) => a - b);
     const p50Ms = latencies.length > 0 ? (latencies[Math.floor((latencies.length - 1) / 2)] as number) : null;
-    circuit.counts = { calls: circuit.samples.length, failures, p50Ms };
+    circuit.counts = { calls: circuit.samples.length, failures, busy, p50Ms };
     return circuit.counts;
   }
 

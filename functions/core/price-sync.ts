@@ -21,9 +21,16 @@ export const planPriceSync = (
   minMargin: number,
 ): PriceSyncPlan => {
   const updated: Deployment[] = [];
+  const kinds = new Map(models.map((m) => [m.id, m.kind]));
   const next = deployments.map((d) => {
-    const cost = prices.get(d.id)?.get(d.upstreamModel);
-    if (!cost || sameRates(d.cost, cost)) return d;
+    // Price lists are per token; audio rates are per minute or per character, so they are not comparable.
+    const kind = kinds.get(d.model);
+    if (kind !== 'chat' && kind !== 'embedding') return d;
+    const listed = prices.get(d.id)?.get(d.upstreamModel);
+    if (!listed) return d;
+    // A rate the provider does not list keeps its configured cost: a missing price is not a price of zero.
+    const cost: Rates = { ...d.cost, ...listed };
+    if (sameRates(d.cost, cost)) return d;
     const changed = { ...d, cost };
     updated.push(changed);
     return changed;

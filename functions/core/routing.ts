@@ -39,8 +39,12 @@ export const planRoute = (
   if (deployments.length > 0 && deployments.every((d) => health.reason(d.id) === 'overloaded')) {
     throw new EngineOverloadedError({ headers: { 'retry-after': '1' } });
   }
+  // Every upstream of this model is failing: a fault of the model (its row and uptime in the usage report),
+  // counted towards the platform error rate, not an incident by itself as an empty registry is.
   throw new ServiceUnavailableError(
     `No deployment of \`${model}\` is available right now: every upstream is failing. Please retry shortly.`,
+    undefined,
+    'circuits_open',
   );
 };
 

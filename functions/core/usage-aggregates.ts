@@ -61,6 +61,8 @@ const isNoEligibleModel = (record: SettlementRecord): boolean =>
 export const funnelGroup = (record: SettlementRecord): string => {
   if (!PLATFORM_FAULTS.has(record.outcome)) return 'agent-error';
   if (isNoEligibleModel(record)) return 'incident';
+  if (record.outcome === 'unavailable' && record.fault?.kind === 'circuits_open')
+    return record.model ?? 'platform';
   if (record.outcome === 'unavailable' || record.outcome === 'internal_error') return 'platform';
   return record.model ?? 'platform';
 };
@@ -141,6 +143,7 @@ const KIND_TEXT: Readonly<Record<string, string>> = {
   auth: 'upstream key refused',
   protocol: 'malformed upstream reply',
   rejected: 'request rejected upstream',
+  unsupported: 'request not expressible by the provider',
   internal: 'internal error',
 };
 
@@ -174,6 +177,8 @@ export const faultDetail = (record: SettlementRecord): string => {
     case 'unavailable':
       if (record.fault?.kind === 'registry_empty') return 'no eligible model: the model registry is empty';
       if (record.fault?.kind === 'no_eligible_model') return 'no eligible model: no deployment can serve it';
+      if (record.fault?.kind === 'circuits_open')
+        return 'every upstream of the model failing (circuits open)';
       return 'accounting store unavailable: refused rather than served unmetered';
     case 'internal_error':
       return 'internal error';

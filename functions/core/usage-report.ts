@@ -117,6 +117,7 @@ export const funnelLabel = (group: string, status: number): string => {
   if (group === 'incident') return 'no eligible model (incident)';
   if (group === 'platform') return status === 503 ? 'accounting store unavailable' : 'platform fault';
   if (status === 429) return 'upstream overloaded';
+  if (status === 503) return 'every upstream failing (circuits open)';
   if (status >= 500) return 'upstream fault after fallbacks';
   return 'upstream error';
 };

@@ -186,14 +186,35 @@ describe('a chat model served by an anthropic deployment', () => {
     expect(chunks.at(-1)?.choices[0]?.finish_reason).toBe('tool_calls');
   });
 
-  it('refuses n > 1 with a 400 naming n, without failing over', async () => {
-    const error = await t
-      .openai()
-      .chat.completions.create({ model: MODEL, messages, n: 2 })
-      .catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('n');
-    expect(t.simulator.calls()).toHaveLength(0);
+  it('serves n > 1 from a deployment that can, without calling the Anthropic one', async () => {
+    const completion = await t.openai().chat.completions.create({ model: MODEL, messages, n: 2 });
+    expect(completion.choices).toHaveLength(2);
+    expect(t.simulator.calls('sim-c')).toHaveLength(0);
+    expect(t.simulator.calls('sim-a')).toHaveLength(1);
+  });
+
+  it('refuses n > 1 with a 400 naming n when only Anthropic deployments serve the model', async () => {
+    const registry = t.stack.container.registryStore;
+    const others = (await registry.load()).deployments.filter(
+      (d) => d.model === MODEL && d.adapter !== 'anthropic',
+    );
+    await registry.put(
+      [],
+      others.map((d) => ({ ...d, status: 'retired' as const })),
+    );
+    await t.stack.container.registry.refresh();
+    try {
+      const error = await t
+        .openai()
+        .chat.completions.create({ model: MODEL, messages, n: 2 })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('n');
+      expect(t.simulator.calls()).toHaveLength(0);
+    } finally {
+      await registry.put([], others);
+      await t.stack.container.registry.refresh();
+    }
   });
 });
 

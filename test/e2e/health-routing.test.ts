@@ -89,6 +89,17 @@ describe('a failing deployment', () => {
   });
 });
 
+describe('a bad key', () => {
+  it('is the key’s fault, not the deployment’s: key cycling serves, and the circuit stays closed', async () => {
+    const model = 'svc-pro-20b';
+    // sim-a has two keys; one of them is refused with a server error on every call.
+    t.simulator.setFaults('sim-a', { error: 'server_error', keys: ['sim-a-key-1'] });
+    const providers = await serve(model, 12);
+    expect(providers.every((p) => p === 'sim-a')).toBe(true);
+    expect(t.simulator.calls('sim-b')).toHaveLength(0);
+  });
+});
+
 describe('streams', () => {
   it('fall back before their first byte, and stop trying the failing provider once its circuit opens', async () => {
     const model = 'famD-5-preview';

@@ -110,6 +110,14 @@ describe('GET /v1/models (openai SDK)', () => {
     expect(build0731).toMatchObject({ id: 'famA-v4-flash-0731', pricing: { input: 0.09, output: 0.15 } });
   });
 
+  it('answers 404, not 500, for an id with a malformed escape', async () => {
+    const res = await fetch(`${t.baseURL}/models/%E0%A4%A`, {
+      headers: { authorization: `Bearer ${t.apiKey}` },
+    });
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
+  });
+
   it('answers 404 model_not_found for an unknown id', async () => {
     const error = await t
       .openai()

@@ -346,6 +346,28 @@ describe('the CDK app', () => {
     }
   });
 
+  it('lets a writer of the site bucket put only the objects its row names (usage-report: usage.json)', () => {
+    for (const name of Object.keys(rows)) {
+      const definition = rows[name] as FunctionDefinition;
+      if (definition.uses.buckets?.site === undefined) continue;
+      const fn = functionOf(name);
+      const roleKey = one(
+        all('AWS::IAM::Role').filter((r) => referencesIn(fn.stack, fn.properties.Role).includes(key(r))),
+        'the function role',
+      );
+      const puts = statementsOf(roleKey).filter((st) => st.actions.some((a) => a.startsWith('s3:PutObject')));
+      expect(puts.length, `${name} puts objects`).toBeGreaterThan(0);
+      const objects = (definition.uses as { bucketObjects?: { site?: string } }).bucketObjects?.site ?? '*';
+      for (const statement of puts) {
+        const text = JSON.stringify(statement.resource);
+        expect(text, `${name}'s object resource`).toContain(`/${objects}`);
+      }
+    }
+    expect((rows['usage-report'] as FunctionDefinition).uses).toMatchObject({
+      bucketObjects: { site: 'usage.json' },
+    });
+  });
+
   it('grants no * action anywhere, and * resources only to X-Ray', () => {
     const statements = all('AWS::IAM::Role').flatMap((role) =>
       statementsOf(role).map((s) => ({ role, ...s })),

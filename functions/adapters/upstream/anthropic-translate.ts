@@ -52,9 +52,12 @@ export interface MessagesMessage {
   content: Block[];
 }
 
-/** A request the Messages API cannot express; fails the attempt as `rejected` (a 400 for the client). */
+/**
+ * A request the Messages API cannot express: another deployment may, so the attempt fails as `unsupported`;
+ * the client gets this 400 only when no deployment of the model can serve it.
+ */
 const unsupported = (message: string, param: string | null): UpstreamFailure =>
-  new UpstreamFailure('rejected', message, {
+  new UpstreamFailure('unsupported', message, {
     upstreamError: { message, type: 'invalid_request_error', code: 'unsupported_parameter', param },
   });
 

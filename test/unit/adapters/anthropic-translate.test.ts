@@ -257,9 +257,9 @@ describe('toMessagesRequest', () => {
     expect(failure.upstreamError?.param).toBe('messages[0].tool_calls[0].function.arguments');
   });
 
-  it('refuses n > 1 as rejected (a 400 naming n), since Messages returns one reply', () => {
+  it('cannot express n > 1 (Messages returns one reply): unsupported, so another deployment may serve it', () => {
     const failure = rejectedWith(() => toMessagesRequest(chatBody({ n: 2 })));
-    expect(failure.kind).toBe('rejected');
+    expect(failure.kind).toBe('unsupported');
     expect(failure.upstreamError).toMatchObject({ param: 'n', code: 'unsupported_parameter' });
   });
 

@@ -81,6 +81,15 @@ describe('withFallback', () => {
     expect(calls).toEqual(['a#0']);
   });
 
+  it('moves on when a deployment cannot express the request, and answers 400 only when none can', async () => {
+    const some = await run((d) => (d.id === 'a' ? 'unsupported' : 'ok'));
+    expect(some.calls).toEqual(['a#0', 'b#0']); // not a key problem: no key cycling
+    expect(some.result).toMatchObject({ deployment: b });
+    const none = await run(() => 'unsupported');
+    expect(none.calls).toEqual(['a#0', 'b#0']);
+    expect(none.result).toBeInstanceOf(InvalidRequestError);
+  });
+
   it('never makes more than maxAttempts calls', async () => {
     const { calls, result } = await run(() => 'server_error', { maxAttempts: 2 });
     expect(calls).toHaveLength(2);

@@ -54,9 +54,21 @@ describe('HealthBoard circuit', () => {
     expect(board.reason('a')).toBe('overloaded');
   });
 
+  it('calls a circuit opened by busy answers alone overloaded, even without a run (interleaved, rate limits)', () => {
+    const { board } = setup();
+    for (const outcome of ['overloaded', 'ok', 'rate_limited', 'overloaded'] as const)
+      board.record('a', outcome, 1);
+    expect(board.state('a')).toBe('open'); // 3 of 4 failed
+    expect(board.reason('a')).toBe('overloaded');
+    const other = setup().board;
+    for (let i = 0; i < 3; i++) other.record('b', 'rate_limited', 1);
+    expect(other.reason('b')).toBe('overloaded');
+  });
+
   it('ignores rejected requests: a 400 from upstream says nothing about its health', () => {
     const { board } = setup();
     for (let i = 0; i < 10; i++) board.record('a', 'rejected', 1);
+    for (let i = 0; i < 10; i++) board.record('a', 'unsupported', 1);
     expect(board.view('a')).toMatchObject({ state: 'closed', calls: 0 });
   });
 

@@ -112,6 +112,29 @@ describe('planPriceSync', () => {
     ]);
   });
 
+  it('keeps a configured rate the provider does not list (merge, never wipe)', () => {
+    const full = { ...a, cost: { input: 0.1, output: 0.7, cachedInput: 0.05 } };
+    const plan = planPriceSync([model], [full], new Map([['a', new Map([['up', { input: 0.2 }]])]]), 0.2);
+    expect(plan.updated).toEqual([{ ...full, cost: { input: 0.2, output: 0.7, cachedInput: 0.05 } }]);
+    // The output floor (0.7 × 1.2 = 0.84) survives the sync.
+    expect(new Catalog([model], plan.updated, 0.2).models.get(model.id)?.rates).toMatchObject({
+      output: 0.84,
+    });
+    expect(plan.republished).toEqual([]);
+  });
+
+  it('leaves audio deployments alone: per-token price lists do not compare with per-minute rates', () => {
+    const stt = chatModel({
+      id: 'stt',
+      kind: 'transcription',
+      rates: { input: 0.001 },
+      contextWindow: undefined,
+    });
+    const d = deployment({ id: 's', model: 'stt', upstreamModel: 'whisper', cost: { input: 0.0007 } });
+    const plan = planPriceSync([stt], [d], new Map([['s', new Map([['whisper', { input: 0.5 }]])]]), 0.2);
+    expect(plan).toEqual({ updated: [], republished: [] });
+  });
+
   it('keeps a cost when the provider was not read, has no prices, or does not list the model', () => {
     const plan = planPriceSync(
       [model],
