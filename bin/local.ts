@@ -46,6 +46,7 @@ if (!Number.isFinite(demoBalanceUsd) || (demoBalanceUsd !== 0 && demoBalanceUsd 
   fail(`DEMO_BALANCE_USD must be 0 or at least 1 (the minimum top-up), got "${env.DEMO_BALANCE_USD}"`);
 }
 if (env.METERING && env.METERING !== 'on' && env.METERING !== 'off') fail(`METERING must be on or off`);
+if (env.CONSUMERS && env.CONSUMERS !== 'on' && env.CONSUMERS !== 'off') fail(`CONSUMERS must be on or off`);
 if (env.REGISTRY_FILE && env.UPSTREAM_BASE_URL) {
   fail("set REGISTRY_FILE or UPSTREAM_BASE_URL, not both (a registry file names each deployment's upstream)");
 }
@@ -64,6 +65,8 @@ const stack = await startLocalStack({
   ...(env.DEMO_API_KEY ? { demoApiKey: env.DEMO_API_KEY } : {}),
   demoBalanceUsd,
   metering: env.METERING !== 'off',
+  // Benchmark only: without the settlement consumer and the sweeper, records stay on the queue.
+  consumers: env.CONSUMERS !== 'off',
   // The file's `env:` key references resolve from this process's environment, as on Lambda.
   ...(env.REGISTRY_FILE ? { registryFile: resolve(env.REGISTRY_FILE), secretEnv: env } : {}),
   ...(env.UPSTREAM_BASE_URL ? { upstreamBaseUrl: env.UPSTREAM_BASE_URL } : {}),
@@ -94,7 +97,7 @@ gateway listening on ${stack.url}/v1  (ready in ${Date.now() - started} ms)
 status page: ${stack.url}/  (usage.json republished every 5 minutes)
 ${env.REGISTRY_FILE ? `registry: ${env.REGISTRY_FILE}\n` : ''}upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : (env.UPSTREAM_BASE_URL ?? 'as the registry file says')}
 demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}
-demo wallet: ${demoBalanceUsd} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}
+demo wallet: ${demoBalanceUsd} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}${env.CONSUMERS === 'off' ? '\nCONSUMERS=off: settlement records stay on the queue, nothing is debited (benchmark comparison only)' : ''}
 
 try it:
   curl ${stack.url}/v1/chat/completions -H "Authorization: Bearer ${env.DEMO_API_KEY ? '$DEMO_API_KEY' : stack.demoApiKey}" \\

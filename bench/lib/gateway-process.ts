@@ -160,7 +160,7 @@ export const startGatewayProcess = async (options: GatewayProcessOptions): Promi
     if (value !== undefined && !name.startsWith(GATEWAY_ENV_PREFIX)) inherited[name] = value;
   }
   const started = performance.now();
-  const child: ChildProcess = spawn(process.execPath, ['bin/local.ts'], {
+  const child: ChildProcess = spawn(process.execPath, ['--max-semi-space-size=32', 'bin/local.ts'], {
     cwd: options.cwd,
     env: { ...inherited, PORT: '0', DEMO_API_KEY: options.apiKey, LOG_LEVEL: 'silent', ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -62,6 +62,8 @@ const DEGRADED_FAILURE_RATE = 0.2;
 const DEGRADED_SLOWDOWN = 3;
 /** …and at least this much slower, so sub-millisecond noise on loopback never counts. */
 const DEGRADED_MIN_EXTRA_MS = 250;
+/** How stale the median latency may be; it is a sort of the window, too dear for every request. */
+const P50_REFRESH_MS = 1000;
 /** Samples kept per deployment; the window is also bounded in time. */
 const MAX_SAMPLES = 200;
 
@@ -82,8 +84,12 @@ interface Counts {
 
 interface Circuit {
   samples: Sample[];
-  /** The window's counts as last computed; null once a sample was added (see #counts). */
-  counts: Counts | null;
+  /** Running totals over `samples`, kept as samples enter and leave. */
+  failures: number;
+  busy: number;
+  /** Median successful latency as last computed, and when (see #counts). */
+  p50Ms: number | null;
+  p50At: number;
   overloadRun: number;
   state: 'closed' | 'open';
   reason: OpenReason | null;
@@ -114,14 +120,11 @@ export class HealthBoard {
       circuit.probeAt = null;
       if (ok) this.#close(circuit);
       else this.#open(circuit, BUSY.has(outcome) ? 'overloaded' : 'failing', now, true);
-      if (ok) circuit.samples.push({ at: now, ok, busy: false, ms });
-      circuit.counts = null;
+      if (ok) this.#add(circuit, { at: now, ok, busy: false, ms });
       return;
     }
     if (circuit.state === 'open') return; // a straggler from before the circuit opened
-    circuit.samples.push({ at: now, ok, busy: BUSY.has(outcome), ms });
-    if (circuit.samples.length > MAX_SAMPLES) circuit.samples.shift();
-    circuit.counts = null;
+    this.#add(circuit, { at: now, ok, busy: BUSY.has(outcome), ms });
     circuit.overloadRun = BUSY.has(outcome) ? circuit.overloadRun + 1 : 0;
     if (circuit.overloadRun >= this.#policy.overloadRun) {
       this.#open(circuit, 'overloaded', now, false);
@@ -196,7 +199,10 @@ export class HealthBoard {
     if (!circuit) {
       circuit = {
         samples: [],
-        counts: null,
+        failures: 0,
+        busy: 0,
+        p50Ms: null,
+        p50At: Number.NEGATIVE_INFINITY,
         overloadRun: 0,
         state: 'closed',
         reason: null,
@@ -209,29 +215,40 @@ export class HealthBoard {
     return circuit;
   }
 
+  #add(circuit: Circuit, sample: Sample): void {
+    circuit.samples.push(sample);
+    if (!sample.ok) circuit.failures++;
+    if (sample.busy) circuit.busy++;
+    if (circuit.samples.length > MAX_SAMPLES) this.#drop(circuit);
+  }
+
+  #drop(circuit: Circuit): void {
+    const gone = circuit.samples.shift() as Sample;
+    if (!gone.ok) circuit.failures--;
+    if (gone.busy) circuit.busy--;
+  }
+
   /**
-   * The window's counts. Routing asks for them on every request, so they are computed once per change of the
-   * window (a sample added or aged out) and reused until the next one.
+   * The window's counts, read by routing on every request: calls and failures are running totals (exact), the
+   * median latency — which only ranks deployments as degraded — is recomputed at most every P50_REFRESH_MS.
    */
   #counts(circuit: Circuit, now: number): Counts {
     const since = now - this.#policy.windowMs;
-    const before = circuit.samples.length;
-    while (circuit.samples.length > 0 && (circuit.samples[0] as Sample).at < since) circuit.samples.shift();
-    if (circuit.counts !== null && circuit.samples.length === before) return circuit.counts;
-    let failures = 0;
-    let busy = 0;
-    const latencies: number[] = [];
-    for (const s of circuit.samples) {
-      if (s.ok) latencies.push(s.ms);
-      else {
-        failures++;
-        if (s.busy) busy++;
-      }
+    while (circuit.samples.length > 0 && (circuit.samples[0] as Sample).at < since) this.#drop(circuit);
+    if (now - circuit.p50At >= P50_REFRESH_MS) {
+      const latencies: number[] = [];
+      for (const s of circuit.samples) if (s.ok) latencies.push(s.ms);
+      latencies.sort((a, b) => a - b);
+      circuit.p50Ms =
+        latencies.length > 0 ? (latencies[Math.floor((latencies.length - 1) / 2)] as number) : null;
+      circuit.p50At = now;
     }
-    latencies.sort((a, b) => a - b);
-    const p50Ms = latencies.length > 0 ? (latencies[Math.floor((latencies.length - 1) / 2)] as number) : null;
-    circuit.counts = { calls: circuit.samples.length, failures, busy, p50Ms };
-    return circuit.counts;
+    return {
+      calls: circuit.samples.length,
+      failures: circuit.failures,
+      busy: circuit.busy,
+      p50Ms: circuit.p50Ms,
+    };
   }
 
   #open(circuit: Circuit, reason: OpenReason, now: number, probeFailed: boolean): void {
@@ -249,7 +266,10 @@ export class HealthBoard {
     circuit.state = 'closed';
     circuit.reason = null;
     circuit.samples = [];
-    circuit.counts = null;
+    circuit.failures = 0;
+    circuit.busy = 0;
+    circuit.p50Ms = null;
+    circuit.p50At = Number.NEGATIVE_INFINITY;
     circuit.overloadRun = 0;
     circuit.cooldownMs = this.#policy.cooldownMs;
   }

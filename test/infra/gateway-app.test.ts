@@ -225,7 +225,7 @@ describe('the CDK app', () => {
       expect(fn.Architectures, name).toEqual(['arm64']);
       expect(fn.LoggingConfig.LogFormat, name).toBe('JSON');
       expect(fn.TracingConfig, name).toEqual({ Mode: 'Active' });
-      expect(fn.Environment.Variables.NODE_OPTIONS, name).toBe('--enable-source-maps');
+      expect(fn.Environment.Variables.NODE_OPTIONS, name).toContain('--enable-source-maps');
       expect(fn.Timeout, name).toBe(timeoutOf(rows[name] as FunctionDefinition));
       const logGroup = one(
         all('AWS::Logs::LogGroup').filter(
