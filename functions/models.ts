@@ -1,11 +1,23 @@
 import { ModelNotFoundError, RouteNotFoundError } from '#core/errors.ts';
 import { modelObject } from '#core/model-listing.ts';
+import type { Catalog } from '#core/registry.ts';
 import { httpHandler, JSON_HEADERS } from '#http/handler.ts';
 import { header } from '#http/lambda.ts';
 import { type Container, containerFromEnv } from './container.ts';
 
 /** Clients may reuse a listing briefly; the registry snapshot behind it is itself up to a few seconds old. */
 const CACHE_CONTROL = 'private, max-age=15';
+
+/** The listing changes only with the registry snapshot, so it is built once per snapshot, not per request. */
+const listings = new WeakMap<Catalog, unknown>();
+const listingOf = (catalog: Catalog): unknown => {
+  let listing = listings.get(catalog);
+  if (listing === undefined) {
+    listing = { object: 'list', data: catalog.list().map(modelObject) };
+    listings.set(catalog, listing);
+  }
+  return listing;
+};
 
 /**
  * `GET /v1/models` and `GET /v1/models/{id}`: the live catalog from the registry snapshot, with published
@@ -21,7 +33,7 @@ export const createHandler = (container: () => Container) =>
       const catalog = await c.registry.catalog();
       let body: unknown;
       if (path === '/v1/models') {
-        body = { object: 'list', data: catalog.list().map(modelObject) };
+        body = listingOf(catalog);
       } else if (path.startsWith('/v1/models/')) {
         const raw = path.slice('/v1/models/'.length);
         let id: string;

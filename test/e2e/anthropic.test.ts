@@ -1,17 +1,14 @@
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
 import { costOf } from '#core/pricing.ts';
 import type { Deployment, Model } from '#core/registry.ts';
 import type { Usage } from '#core/usage.ts';
-import { localClientConfig } from '#local/emulators.ts';
 import { countMessagesPromptTokens } from '#sim/messages.ts';
 import { cachedTokensFor } from '#sim/prompt-cache.ts';
 import { debitOf, fundedAccount, settledWallet } from '#test/billing.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 import { sseEvents } from '#test/sse.ts';
-import { startTestStack, type TestStack } from '#test/stack.ts';
+import { NO_CIRCUIT_BREAKING, startTestStack, type TestStack } from '#test/stack.ts';
 
 const MODEL = 'famC-k3';
 /** The catalog's prompt-caching model, to see cache reads billed at the cached rate. */
@@ -37,17 +34,12 @@ beforeAll(async () => {
   // Each test fails sim-c on purpose at most a few times; the circuit breaker must not learn across tests.
   t = await startTestStack({
     consumers: true,
-    functionEnv: { HEALTH_MIN_CALLS: '1000', HEALTH_OVERLOAD_RUN: '1000' },
+    functionEnv: NO_CIRCUIT_BREAKING,
   });
-  const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
-  try {
-    await new DynamoRegistry(client, t.stack.resources.tables.registry).put(
-      [],
-      [anthropicDeployment(MODEL), anthropicDeployment(CACHING_MODEL)],
-    );
-  } finally {
-    client.destroy();
-  }
+  await t.stack.container.registryStore.put(
+    [],
+    [anthropicDeployment(MODEL), anthropicDeployment(CACHING_MODEL)],
+  );
   await t.stack.container.registry.refresh();
 });
 afterAll(() => t?.stop());

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { usdToNano } from '#core/pricing.ts';
 import { makeWav } from '#test/audio.ts';
+import { newAccount } from '#test/billing.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
 /**
@@ -99,21 +99,8 @@ const cases: Case[] = [
   },
 ];
 
-let n = 0;
 /** A fresh account with a key; funded (hence trusted) when `usd` is given. */
-const account = async (usd?: number) => {
-  const { id } = await t.stack.container.accounts.createAccount({ id: `acct_shared${n++}` });
-  const { key } = await t.stack.container.accounts.createKey(id);
-  if (usd) {
-    await t.stack.container.accounting.topUp({
-      accountId: id,
-      amount: usdToNano(usd),
-      reference: `seed-${id}`,
-      at: Date.now(),
-    });
-  }
-  return { id, key };
-};
+const account = (usd?: number) => newAccount(t, usd ? { usd } : {});
 
 const errorOf = async (response: Response) =>
   ((await response.json()) as { error: { type: string; code: string | null; param: string | null } }).error;

@@ -60,7 +60,7 @@ describe('a failing deployment', () => {
     await res.text();
   });
 
-  it('recovers after the cool-down: one probe, then back to its priority', async () => {
+  it('recovers after the cool-down: probed, then back to its priority', async () => {
     const model = 'famB-5.3-flash';
     // The previous test left sim-a's circuit open; sim-a is healthy again now, but not yet retried.
     expect(await serve(model, 2)).toEqual(['sim-b', 'sim-b']);

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { emissionUs, statusOf, TIER_LIMITS } from '#core/limits.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { localClientConfig } from '#local/emulators.ts';
+import { newAccount } from '#test/billing.ts';
 import { manualClock } from '#test/fixtures.ts';
 import { startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
 
@@ -45,20 +46,8 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-let n = 0;
-/** A fresh account with a key; funded (hence trusted) when `usd` is given. */
-const account = async (usd?: number) => {
-  const { id } = await t.stack.container.accounts.createAccount({ id: `acct_m${n++}` });
-  const { key } = await t.stack.container.accounts.createKey(id);
-  if (usd)
-    await t.stack.container.accounting.topUp({
-      accountId: id,
-      amount: usdToNano(usd),
-      reference: `seed-${id}`,
-      at: clock.now(),
-    });
-  return { id, key };
-};
+/** A fresh account with a key; funded (hence trusted) when `usd` is given, on the test's clock. */
+const account = (usd?: number) => newAccount(t, usd ? { usd, at: clock.now() } : {});
 const chat = (key: string, body: Record<string, unknown>) =>
   t.post(
     '/chat/completions',

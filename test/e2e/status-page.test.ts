@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageReport } from '#core/usage-report.ts';
-import { startTestStack, type TestStack } from '#test/stack.ts';
+import { NO_CIRCUIT_BREAKING, startTestStack, type TestStack } from '#test/stack.ts';
 import { fetchUsage, settledReport, withEmptyRegistry } from '#test/usage.ts';
 
 /**
@@ -43,7 +43,7 @@ beforeAll(async () => {
   t = await startTestStack({
     consumers: true,
     usageReportIntervalMs: 0,
-    functionEnv: { HEALTH_MIN_CALLS: '100000' },
+    functionEnv: NO_CIRCUIT_BREAKING,
   });
   // Something in every section: successes on two models, a caller's error, an upstream fault, an incident.
   for (let i = 0; i < 3; i++) expect((await chat('famA-v4.1-flash')).status).toBe(200);

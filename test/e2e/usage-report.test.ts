@@ -1,13 +1,10 @@
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashKey } from '#adapters/dynamo-key-store.ts';
-import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
 import { publicPrefix } from '#core/api-keys.ts';
 import { usdToNano } from '#core/pricing.ts';
 import type { UsageReport } from '#core/usage-report.ts';
-import { localClientConfig } from '#local/emulators.ts';
 import { manualClock } from '#test/fixtures.ts';
-import { startTestStack, type TestStack } from '#test/stack.ts';
+import { NO_CIRCUIT_BREAKING, startTestStack, type TestStack } from '#test/stack.ts';
 import { settledReport, withEmptyRegistry } from '#test/usage.ts';
 import { usageSchemaErrors } from '#test/usage-schema.ts';
 
@@ -91,14 +88,11 @@ beforeAll(async () => {
       KEY_CACHE_TTL_MS: '0',
       ACCOUNT_CACHE_TTL_MS: '0',
       // Circuit breakers would turn the 5xx series into 503s part-way; this test is about the report.
-      HEALTH_MIN_CALLS: '100000',
-      HEALTH_OVERLOAD_RUN: '100000',
+      ...NO_CIRCUIT_BREAKING,
     },
   });
   keys.push(t.apiKey);
-  const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
-  const { models } = await new DynamoRegistry(client, t.stack.resources.tables.registry).load();
-  client.destroy();
+  const { models } = await t.stack.container.registryStore.load();
   listed = models.filter((m) => m.status === 'active').map((m) => m.id);
 
   const demo = t.apiKey;

@@ -4,18 +4,30 @@ import type { TestStack } from './stack.ts';
 
 let n = 0;
 
-/** A fresh funded (hence trusted) account with a key, on a test stack. */
-export const fundedAccount = async (t: TestStack, usd = 5): Promise<{ id: string; key: string }> => {
-  const { id } = await t.stack.container.accounts.createAccount({ id: `acct_bill${n++}_${Date.now()}` });
+/**
+ * A fresh account with a key on a test stack; funded (hence trusted) when `usd` is given, the top-up dated `at`
+ * (default now; tests on an injected clock pass theirs).
+ */
+export const newAccount = async (
+  t: TestStack,
+  options: { usd?: number; at?: number } = {},
+): Promise<{ id: string; key: string }> => {
+  const { id } = await t.stack.container.accounts.createAccount({ id: `acct_t${n++}_${Date.now()}` });
   const { key } = await t.stack.container.accounts.createKey(id);
-  await t.stack.container.accounting.topUp({
-    accountId: id,
-    amount: usdToNano(usd),
-    reference: `seed-${id}`,
-    at: Date.now(),
-  });
+  if (options.usd) {
+    await t.stack.container.accounting.topUp({
+      accountId: id,
+      amount: usdToNano(options.usd),
+      reference: `seed-${id}`,
+      at: options.at ?? Date.now(),
+    });
+  }
   return { id, key };
 };
+
+/** A fresh funded (hence trusted) account with a key, on a test stack. */
+export const fundedAccount = (t: TestStack, usd = 5): Promise<{ id: string; key: string }> =>
+  newAccount(t, { usd });
 
 /**
  * The account's wallet once the running settlement consumer has settled every call it made: no hold open.

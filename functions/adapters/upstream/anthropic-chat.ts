@@ -13,8 +13,8 @@ import {
   MessagesStreamTranslator,
   toMessagesRequest,
 } from './anthropic-translate.ts';
-import { readErrorBody, transportFailure, type UpstreamResponse } from './http.ts';
-import { type AuthHeaders, FirstByteTimeout, type OpenAiHttp, readJsonObject } from './openai-http.ts';
+import { readErrorBody, type UpstreamResponse } from './http.ts';
+import { type AuthHeaders, type OpenAiHttp, openWithinFirstByte, readJsonObject } from './openai-http.ts';
 import { sseData, UpstreamEvents } from './sse.ts';
 
 /** Anthropic's scheme: `x-api-key`, and the API version on every request (even keyless ones, via a proxy). */
@@ -53,15 +53,10 @@ export class AnthropicChat implements ChatProvider {
     return fromMessagesResponse(message, { publicModel: call.publicModel, created: nowSeconds() });
   }
 
-  async stream(call: UpstreamCall): Promise<ChatStream> {
+  stream(call: UpstreamCall): Promise<ChatStream> {
     const body = toMessagesRequest(call.body);
     const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
-    const abort = new AbortController();
-    const onCallerAbort = () => abort.abort();
-    call.signal?.addEventListener('abort', onCallerAbort, { once: true });
-    // One deadline covers both the headers and the first event: together they are "the first byte".
-    const deadline = setTimeout(() => abort.abort(new FirstByteTimeout()), firstByteMs);
-    try {
+    return openWithinFirstByte(call, firstByteMs, 'first event', async (abort, release) => {
       const response = await this.#post({ ...call, signal: abort.signal }, body, firstByteMs);
       if (response.statusCode !== 200) throw await statusFailure(response);
       const translator = new MessagesStreamTranslator({
@@ -80,21 +75,8 @@ export class AnthropicChat implements ChatProvider {
         }
         first = translator.translate(next.value);
       }
-      return new TranslatedStream(
-        first,
-        new UpstreamEvents(events, abort, () => call.signal?.removeEventListener('abort', onCallerAbort)),
-        translator,
-      );
-    } catch (error) {
-      call.signal?.removeEventListener('abort', onCallerAbort);
-      if (abort.signal.reason instanceof FirstByteTimeout) {
-        throw new UpstreamFailure('timeout', `no first event within ${firstByteMs} ms`, { cause: error });
-      }
-      abort.abort();
-      throw transportFailure(error);
-    } finally {
-      clearTimeout(deadline);
-    }
+      return new TranslatedStream(first, new UpstreamEvents(events, abort, release), translator);
+    });
   }
 
   #post(call: UpstreamCall, body: Record<string, unknown>, headersTimeoutMs: number) {

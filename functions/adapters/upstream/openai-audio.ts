@@ -7,9 +7,9 @@ import type {
   TranscriptionProvider,
   TranscriptionResult,
 } from '#core/upstream.ts';
-import { statusFailure, transportFailure, type UpstreamResponse } from './http.ts';
+import { statusFailure, transportFailure } from './http.ts';
 import { multipartBody } from './multipart.ts';
-import { FirstByteTimeout, type OpenAiHttp, readAll } from './openai-http.ts';
+import { type OpenAiHttp, openWithinFirstByte, readAll } from './openai-http.ts';
 
 /** A transcript of the longest accepted upload, in the most verbose format, is far below this. */
 const MAX_TRANSCRIPT_BYTES = 16 * 1024 * 1024;
@@ -47,15 +47,10 @@ export class OpenAiCompatibleSpeech implements SpeechProvider {
     this.#http = http;
   }
 
-  async speak(call: SpeechCall): Promise<AudioStream> {
+  speak(call: SpeechCall): Promise<AudioStream> {
     const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
-    const abort = new AbortController();
-    const onCallerAbort = () => abort.abort();
-    call.signal?.addEventListener('abort', onCallerAbort, { once: true });
-    const deadline = setTimeout(() => abort.abort(new FirstByteTimeout()), firstByteMs);
-    let response: UpstreamResponse | null = null;
-    try {
-      response = await this.#http.post(
+    return openWithinFirstByte(call, firstByteMs, 'audio', async (abort, release) => {
+      const response = await this.#http.post(
         { ...call, signal: abort.signal },
         {
           path: '/audio/speech',
@@ -69,20 +64,8 @@ export class OpenAiCompatibleSpeech implements SpeechProvider {
       const chunks = response.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
       const first = await chunks.next();
       if (first.done) throw new UpstreamFailure('dropped', 'upstream audio ended before its first byte');
-      return new RelayedAudio(first.value, chunks, abort, () =>
-        call.signal?.removeEventListener('abort', onCallerAbort),
-      );
-    } catch (error) {
-      call.signal?.removeEventListener('abort', onCallerAbort);
-      const timedOut = abort.signal.reason instanceof FirstByteTimeout;
-      abort.abort();
-      if (timedOut) {
-        throw new UpstreamFailure('timeout', `no audio within ${firstByteMs} ms`, { cause: error });
-      }
-      throw transportFailure(error);
-    } finally {
-      clearTimeout(deadline);
-    }
+      return new RelayedAudio(first.value, chunks, abort, release);
+    });
   }
 }
 

@@ -8,7 +8,7 @@ import type {
 } from '#core/upstream.ts';
 import { parseOpenAiUsage } from '#core/usage.ts';
 import { statusFailure, transportFailure } from './http.ts';
-import { FirstByteTimeout, type OpenAiHttp } from './openai-http.ts';
+import { type OpenAiHttp, openWithinFirstByte } from './openai-http.ts';
 import { sseData, UpstreamEvents } from './sse.ts';
 
 /**
@@ -50,14 +50,9 @@ export class OpenAiCompatibleChat implements ChatProvider {
     return { body, usage: parseOpenAiUsage(body.usage) };
   }
 
-  async stream(call: UpstreamCall): Promise<ChatStream> {
+  stream(call: UpstreamCall): Promise<ChatStream> {
     const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
-    const abort = new AbortController();
-    const onCallerAbort = () => abort.abort();
-    call.signal?.addEventListener('abort', onCallerAbort, { once: true });
-    // One deadline covers both the headers and the first event: together they are "the first byte".
-    const deadline = setTimeout(() => abort.abort(new FirstByteTimeout()), firstByteMs);
-    try {
+    return openWithinFirstByte(call, firstByteMs, 'first event', async (abort, release) => {
       const response = await this.#post({ ...call, signal: abort.signal }, firstByteMs);
       if (response.statusCode !== 200) throw await statusFailure(response);
       const events = sseData(response.body);
@@ -67,21 +62,8 @@ export class OpenAiCompatibleChat implements ChatProvider {
       }
       if (isErrorEvent(first.value))
         throw new UpstreamFailure('server_error', 'upstream stream began with an error');
-      return new RelayedStream(
-        first.value,
-        new UpstreamEvents(events, abort, () => call.signal?.removeEventListener('abort', onCallerAbort)),
-        call,
-      );
-    } catch (error) {
-      call.signal?.removeEventListener('abort', onCallerAbort);
-      if (abort.signal.reason instanceof FirstByteTimeout) {
-        throw new UpstreamFailure('timeout', `no first event within ${firstByteMs} ms`, { cause: error });
-      }
-      abort.abort();
-      throw transportFailure(error);
-    } finally {
-      clearTimeout(deadline);
-    }
+      return new RelayedStream(first.value, new UpstreamEvents(events, abort, release), call);
+    });
   }
 
   #post(call: UpstreamCall, headersTimeoutMs: number) {

@@ -124,6 +124,40 @@ export const readJsonObject = async (
 };
 
 /** The abort reason of a first-byte deadline, told apart from the caller's own abort. */
-export class FirstByteTimeout extends Error {
+class FirstByteTimeout extends Error {
   override readonly name = 'FirstByteTimeout';
 }
+
+/**
+ * Opens a streamed upstream response under the deployment's first-byte deadline: `open` sends the request with
+ * `abort.signal` and resolves once the first event (or audio bytes) has arrived — the point where the deployment
+ * is committed. One deadline covers the headers and that first piece; the caller's own abort ends it too.
+ * `release` detaches the caller's abort: `open` hands it to whatever reads the rest of the response. A failure
+ * on the way aborts the request and becomes an `UpstreamFailure` (`timeout` past the deadline), so fallback can
+ * try the next deployment.
+ */
+export const openWithinFirstByte = async <T>(
+  call: UpstreamTarget,
+  firstByteMs: number,
+  firstPiece: string,
+  open: (abort: AbortController, release: () => void) => Promise<T>,
+): Promise<T> => {
+  const abort = new AbortController();
+  const onCallerAbort = () => abort.abort();
+  const release = () => call.signal?.removeEventListener('abort', onCallerAbort);
+  call.signal?.addEventListener('abort', onCallerAbort, { once: true });
+  const deadline = setTimeout(() => abort.abort(new FirstByteTimeout()), firstByteMs);
+  try {
+    return await open(abort, release);
+  } catch (error) {
+    release();
+    const timedOut = abort.signal.reason instanceof FirstByteTimeout;
+    abort.abort();
+    if (timedOut) {
+      throw new UpstreamFailure('timeout', `no ${firstPiece} within ${firstByteMs} ms`, { cause: error });
+    }
+    throw transportFailure(error);
+  } finally {
+    clearTimeout(deadline);
+  }
+};
