@@ -7,7 +7,7 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { isWellFormedKey } from '#core/api-keys.ts';
-import { startLocalStack } from '#local/stack.ts';
+import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { STACK_FILE } from '#local/stack-file.ts';
 
 /** Function settings that may be tuned from the shell, passed through as the Lambdas' environment. */
@@ -57,8 +57,24 @@ if (env.UPSTREAM_BASE_URL && !/^https?:\/\//.test(env.UPSTREAM_BASE_URL)) {
 const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };
 for (const name of FUNCTION_ENV) if (env[name]) functionEnv[name] = env[name];
 
+// Installed before start-up: a signal that arrives while the emulators start would otherwise end the process
+// without its 'exit' event, and the DynamoDB Local JVM (stopped from that event) would outlive it.
+let stack: LocalStack | null = null;
+let stopping = false;
+const shutdown = async (signal: NodeJS.Signals) => {
+  if (stopping) return;
+  stopping = true;
+  console.log(`${signal}: stopping`);
+  if (!stack) process.exit(128 + (signal === 'SIGINT' ? 2 : 15)); // the exit hook stops the JVM
+  rmSync(STACK_FILE, { force: true });
+  await stack.stop();
+  process.exit(0);
+};
+process.on('SIGINT', () => void shutdown('SIGINT'));
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+
 const started = Date.now();
-const stack = await startLocalStack({
+stack = await startLocalStack({
   port,
   host: env.HOST ?? '127.0.0.1',
   ...(env.DATA_DIR ? { dataDir: resolve(env.DATA_DIR) } : {}),
@@ -103,15 +119,3 @@ try it:
   curl ${stack.url}/v1/chat/completions -H "Authorization: Bearer ${env.DEMO_API_KEY ? '$DEMO_API_KEY' : stack.demoApiKey}" \\
     -H "Content-Type: application/json" -d '{"model":"famA-v4.1-flash","messages":[{"role":"user","content":"Hello"}]}'
 `);
-
-let stopping = false;
-const shutdown = async (signal: string) => {
-  if (stopping) return;
-  stopping = true;
-  console.log(`${signal}: stopping`);
-  rmSync(STACK_FILE, { force: true });
-  await stack.stop();
-  process.exit(0);
-};
-process.on('SIGINT', () => void shutdown('SIGINT'));
-process.on('SIGTERM', () => void shutdown('SIGTERM'));

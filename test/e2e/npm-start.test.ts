@@ -98,4 +98,34 @@ describe('npm start', () => {
     expect(stdout).not.toContain(`-port ${dynamoPort}`);
     expect(existsSync(join(dir, 'stack.json'))).toBe(false);
   });
+
+  it('leaves no JVM behind when interrupted while still starting', async () => {
+    const starting = spawn(process.execPath, ['bin/local.ts'], {
+      cwd: ROOT,
+      env: { ...env(), LOCAL_STACK_FILE: join(dir, 'starting.json'), PORT: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let log = '';
+    const port = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no DynamoDB Local port in:\n${log}`)), 60_000);
+      starting.stdout?.on('data', (chunk: Buffer) => {
+        log += chunk.toString();
+        const match = log.match(/DynamoDB Local listening on http:\/\/127\.0\.0\.1:(\d+)/);
+        if (match) {
+          clearTimeout(timer);
+          resolve(Number(match[1]));
+        }
+      });
+    });
+    // The JVM is up; tables, seed data and the gateway are not yet.
+    expect(log).not.toContain('gateway listening');
+    const exited = new Promise<number | null>((resolve) => starting.once('exit', (code) => resolve(code)));
+    starting.kill('SIGINT');
+    expect(await exited).toBe(130);
+    // The JVM gets SIGTERM from the exiting process; give it a moment to go.
+    for (let i = 0; i < 50 && (await portOpen(port)); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await portOpen(port)).toBe(false);
+    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']).catch(() => ({ stdout: '' }));
+    expect(stdout).not.toContain(`-port ${port}`);
+  });
 });
