@@ -62,7 +62,7 @@ beforeAll(async () => {
   expect((await chat('famB-5.3')).status).toBe(500);
   t.simulator.resetFaults();
   await withEmptyRegistry(t, async () => expect((await chat('famA-v4.1-flash')).status).toBe(503));
-  report = (await settledReport(t, 7)).report;
+  report = (await settledReport(t, 7, undefined, 20_000, 3)).report;
   browser = await chromium.launch(LAUNCH);
 }, 120_000);
 

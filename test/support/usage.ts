@@ -21,12 +21,15 @@ export const settledReport = async (
   requests: number,
   time?: number,
   timeoutMs = 20_000,
+  /** Faults the report must show too: a faulted call's settlement can land after the successful ones. */
+  faults = 0,
 ): Promise<{ response: Response; report: UsageReport }> => {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     await t.stack.usageReport(time === undefined ? {} : { time: new Date(time).toISOString() });
     const fetched = await fetchUsage(t);
-    if (fetched.report.totals.requests >= requests) return fetched;
+    if (fetched.report.totals.requests >= requests && fetched.report.recent_faults.length >= faults)
+      return fetched;
     if (Date.now() > deadline)
       throw new Error(`only ${fetched.report.totals.requests} of ${requests} calls settled`);
     await new Promise((resolve) => setTimeout(resolve, 200));
