@@ -7,24 +7,9 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { isWellFormedKey } from '#core/api-keys.ts';
+import { TUNABLE_ENV } from '#functions/config.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { STACK_FILE } from '#local/stack-file.ts';
-
-/** Function settings that may be tuned from the shell, passed through as the Lambdas' environment. */
-const FUNCTION_ENV = [
-  'LOG_LEVEL',
-  'KEY_CACHE_TTL_MS',
-  'ACCOUNT_CACHE_TTL_MS',
-  'HOLD_TTL_MS',
-  'REGISTRY_REFRESH_MS',
-  'MAX_JSON_BODY_BYTES',
-  'MAX_AUDIO_BODY_BYTES',
-  'UPSTREAM_COMPLETION_TIMEOUT_MS',
-  'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS',
-  'UPSTREAM_IDLE_TIMEOUT_MS',
-  'UPSTREAM_MAX_ATTEMPTS',
-  'UPSTREAM_CONNECTIONS_PER_ORIGIN',
-];
 
 /** The demo account starts with this much (it also makes the account trusted: its first top-up). */
 const DEFAULT_DEMO_BALANCE_USD = 10;
@@ -55,7 +40,9 @@ if (env.UPSTREAM_BASE_URL && !/^https?:\/\//.test(env.UPSTREAM_BASE_URL)) {
 }
 
 const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };
-for (const name of FUNCTION_ENV) if (env[name]) functionEnv[name] = env[name];
+// Every documented function setting may come from the shell, as a Lambda's configuration would set it.
+for (const name of ['LOG_LEVEL', 'PRICE_MIN_MARGIN', ...TUNABLE_ENV])
+  if (env[name]) functionEnv[name] = env[name];
 
 // Installed before start-up: a signal that arrives while the emulators start would otherwise end the process
 // without its 'exit' event, and the DynamoDB Local JVM (stopped from that event) would outlive it.
@@ -110,7 +97,7 @@ writeFileSync(
 
 console.log(`
 gateway listening on ${stack.url}/v1  (ready in ${Date.now() - started} ms)
-status page: ${stack.url}/  (usage.json republished every 5 minutes)
+status page: ${stack.url}/  (usage.json ${env.CONSUMERS === 'off' ? 'not republished: CONSUMERS=off' : 'republished every 5 minutes'})
 ${env.REGISTRY_FILE ? `registry: ${env.REGISTRY_FILE}\n` : ''}upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : (env.UPSTREAM_BASE_URL ?? 'as the registry file says')}
 demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}
 demo wallet: ${demoBalanceUsd} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}${env.CONSUMERS === 'off' ? '\nCONSUMERS=off: settlement records stay on the queue, nothing is debited (benchmark comparison only)' : ''}

@@ -51,6 +51,33 @@ export interface UpstreamConfig {
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
+/**
+ * The settings an operator may tune (README, "Configuration"): per stage through the CDK `functionEnv` context
+ * key, and from the shell for `npm start`. Resource names come from the stacks; LOG_LEVEL and PRICE_MIN_MARGIN
+ * have CDK context keys of their own.
+ */
+export const TUNABLE_ENV: readonly string[] = [
+  'KEY_CACHE_TTL_MS',
+  'ACCOUNT_CACHE_TTL_MS',
+  'HOLD_TTL_MS',
+  'REGISTRY_REFRESH_MS',
+  'MAX_JSON_BODY_BYTES',
+  'MAX_AUDIO_BODY_BYTES',
+  'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS',
+  'UPSTREAM_COMPLETION_TIMEOUT_MS',
+  'UPSTREAM_IDLE_TIMEOUT_MS',
+  'UPSTREAM_MAX_ATTEMPTS',
+  'UPSTREAM_CONNECTIONS_PER_ORIGIN',
+  'SETTLEMENT_LINGER_MS',
+  'SETTLEMENT_PARALLELISM',
+  'HEALTH_WINDOW_MS',
+  'HEALTH_MIN_CALLS',
+  'HEALTH_FAILURE_RATE',
+  'HEALTH_OVERLOAD_RUN',
+  'CIRCUIT_COOLDOWN_MS',
+  'CIRCUIT_MAX_COOLDOWN_MS',
+];
+
 type Env = Readonly<Record<string, string | undefined>>;
 
 const required = (env: Env, name: string): string => {
@@ -80,7 +107,7 @@ const fraction = (env: Env, name: string, fallback: number, max = 1): number => 
   return value;
 };
 
-const LOG_LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
+export const LOG_LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
 
 const logLevel = (env: Env): LogLevel => {
   const raw = env.LOG_LEVEL ?? 'info';

@@ -20,7 +20,7 @@ import { buckets } from '#lib/resources.ts';
 import { type Config, loadConfig } from './config.ts';
 
 /** Where the report lives in the site bucket, and how long browsers and CloudFront may keep it. */
-export const USAGE_REPORT_KEY = 'usage.json';
+const USAGE_REPORT_KEY = buckets.site.usageReportKey;
 export const USAGE_REPORT_CACHE_CONTROL = 'public, max-age=60';
 
 export interface UsageReportDeps {

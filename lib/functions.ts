@@ -5,7 +5,7 @@
  * new handler is one row. Plain data: importable without `aws-cdk-lib` (the infra tests read it too).
  */
 
-import { type buckets, type queues, settlementConsumerTimeoutSeconds, type TableId } from './resources.ts';
+import { buckets, type queues, settlementConsumerTimeoutSeconds, type TableId } from './resources.ts';
 import type { ScheduleId } from './stage.ts';
 
 export type QueueId = keyof typeof queues;
@@ -99,7 +99,7 @@ export const functions = {
     uses: {
       tables: { usage: 'read', registry: 'read' },
       buckets: { site: 'write' },
-      bucketObjects: { site: 'usage.json' },
+      bucketObjects: { site: buckets.site.usageReportKey },
     },
     timeoutSeconds: 300,
   },

@@ -47,6 +47,8 @@ export interface QueueDefinition {
 export interface BucketDefinition {
   readonly id: string;
   readonly envVar: string;
+  /** The one object the usage-report function writes (and the CDN serves at `/<key>`). */
+  readonly usageReportKey?: string;
 }
 
 const pk: KeyAttribute = { name: 'pk', type: 'S' };
@@ -104,7 +106,7 @@ export const queues = {
 
 export const buckets = {
   /** Static status page and `usage.json`, served at the site root. */
-  site: { id: 'site', envVar: 'SITE_BUCKET' },
+  site: { id: 'site', envVar: 'SITE_BUCKET', usageReportKey: 'usage.json' },
 } as const satisfies Record<string, BucketDefinition>;
 
 export type TableId = keyof typeof tables;

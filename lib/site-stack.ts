@@ -14,6 +14,7 @@ import { RestApiOrigin, S3BucketOrigin } from 'aws-cdk-lib/aws-cloudfront-origin
 import { BlockPublicAccess, Bucket, BucketEncryption, type IBucket } from 'aws-cdk-lib/aws-s3';
 import { BucketDeployment, CacheControl, Source } from 'aws-cdk-lib/aws-s3-deployment';
 import type { Construct } from 'constructs';
+import { buckets } from './resources.ts';
 import type { StageConfig } from './stage.ts';
 
 export interface SiteStackProps extends StackProps {
@@ -24,7 +25,7 @@ export interface SiteStackProps extends StackProps {
 }
 
 /** Where the usage report is served; the usage-report function writes this key (ARCHITECTURE.md §2). */
-export const USAGE_REPORT_PATH = '/usage.json';
+const USAGE_REPORT_PATH = `/${buckets.site.usageReportKey}`;
 
 /**
  * The public face: the private site bucket (status page at its root, `usage.json`) and the CloudFront

@@ -4,7 +4,7 @@
  * Plain data and parsing only: importable without `aws-cdk-lib`. Every key is documented in the README
  * ("Deploy to AWS").
  */
-import { loadConfig } from '#functions/config.ts';
+import { LOG_LEVELS, type LogLevel, loadConfig, TUNABLE_ENV } from '#functions/config.ts';
 import { queues, tables } from './resources.ts';
 
 /** Schedules a scheduled function can name (`schedule('…')` in lib/functions.ts). */
@@ -40,32 +40,6 @@ export interface StageConfig {
   /** Tuning variables given to every function (`functionEnv` context; names in TUNABLE_ENV). */
   readonly functionEnv: Readonly<Record<string, string>>;
 }
-
-/**
- * The function settings an operator may tune per stage (README, "Configuration"). Resource names come from
- * the stacks, and LOG_LEVEL and PRICE_MIN_MARGIN have their own context keys.
- */
-export const TUNABLE_ENV: readonly string[] = [
-  'KEY_CACHE_TTL_MS',
-  'ACCOUNT_CACHE_TTL_MS',
-  'HOLD_TTL_MS',
-  'REGISTRY_REFRESH_MS',
-  'MAX_JSON_BODY_BYTES',
-  'MAX_AUDIO_BODY_BYTES',
-  'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS',
-  'UPSTREAM_COMPLETION_TIMEOUT_MS',
-  'UPSTREAM_IDLE_TIMEOUT_MS',
-  'UPSTREAM_MAX_ATTEMPTS',
-  'UPSTREAM_CONNECTIONS_PER_ORIGIN',
-  'SETTLEMENT_LINGER_MS',
-  'SETTLEMENT_PARALLELISM',
-  'HEALTH_WINDOW_MS',
-  'HEALTH_MIN_CALLS',
-  'HEALTH_FAILURE_RATE',
-  'HEALTH_OVERLOAD_RUN',
-  'CIRCUIT_COOLDOWN_MS',
-  'CIRCUIT_MAX_COOLDOWN_MS',
-];
 
 /**
  * `-c functionEnv='{"HOLD_TTL_MS":"600000"}'` or an object in cdk.json. Names outside TUNABLE_ENV are refused,
@@ -117,8 +91,6 @@ export const scheduleContextKey = (id: ScheduleId): string => `${id}Schedule`;
 const RETENTION_DAYS = [
   1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
 ];
-const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'];
-
 type Context = (key: string) => unknown;
 
 const fail = (key: string, expected: string, got: unknown): never => {
@@ -167,7 +139,8 @@ export const stageConfig = (context: Context): StageConfig => {
     explicit === undefined ? stage === 'prod' || stage === 'production' : explicit === 'true';
 
   const logLevel = text(context, 'logLevel') ?? 'info';
-  if (!LOG_LEVELS.includes(logLevel)) fail('logLevel', `one of ${LOG_LEVELS.join(', ')}`, logLevel);
+  if (!LOG_LEVELS.includes(logLevel as LogLevel))
+    fail('logLevel', `one of ${LOG_LEVELS.join(', ')}`, logLevel);
 
   const schedules = { ...DEFAULT_SCHEDULES };
   for (const id of Object.keys(DEFAULT_SCHEDULES) as ScheduleId[]) {

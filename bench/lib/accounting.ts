@@ -29,19 +29,18 @@ export const provisionBenchAccount = async (
 /**
  * The unit "one accounting round trip" is measured in: a transaction shaped like admission's — the account's
  * bucket item and wallet item updated, one item put — against the same DynamoDB Local, on the same account
- * (it only stamps a `probedAt` attribute, which nothing reads). Sampled sparsely while the gateway carries
- * load (`until`, `pauseMs`), it shows the round trip admission itself sees, queueing behind that load included.
+ * (it only stamps a `probedAt` attribute, which nothing reads), sequentially from the bench process while the
+ * gateways are idle.
  */
 export const measureStoreRoundTrip = async (
   stackFile: string,
   accountId: string,
-  options: { samples?: number; warmup?: number; pauseMs?: number; until?: () => boolean } = {},
 ): Promise<Distribution | null> => {
   const stack = JSON.parse(readFileSync(stackFile, 'utf8')) as StackFile;
   const client = new DynamoDBClient({ ...localClientConfig(stack.emulators.dynamodb), maxAttempts: 1 });
   const tables = stack.resources.tables;
-  const samples = options.samples ?? 400;
-  const warmup = options.warmup ?? 100;
+  const samples = 400;
+  const warmup = 100;
   const latencies: number[] = [];
   const stamp = (table: string, sk: string, at: string) => ({
     Update: {
@@ -52,7 +51,7 @@ export const measureStoreRoundTrip = async (
     },
   });
   try {
-    for (let i = 0; i < samples + warmup && !options.until?.(); i++) {
+    for (let i = 0; i < samples + warmup; i++) {
       const started = performance.now();
       const at = String(Date.now());
       await client.send(
@@ -65,7 +64,6 @@ export const measureStoreRoundTrip = async (
         }),
       );
       if (i >= warmup) latencies.push(performance.now() - started);
-      if (options.pauseMs) await new Promise((resolve) => setTimeout(resolve, options.pauseMs));
     }
   } finally {
     client.destroy();

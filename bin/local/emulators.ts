@@ -119,6 +119,9 @@ const spawnDynamoDbLocal: typeof packageSpawn = (() => {
     spawn('taskset', ['-c', cpus, command, ...args], options)) as typeof spawn);
 })();
 
+const NEEDS_JAVA =
+  'DynamoDB Local needs Java 17 or newer on the PATH (Debian: apt-get install -y openjdk-17-jre-headless)';
+
 /**
  * DynamoDB Local takes a port number, not 0, so a free port is probed first; if another process takes it
  * in between, the JVM exits and we try again with a new one.
@@ -169,19 +172,13 @@ const waitForDynamoDb = async (endpoint: string, child: ChildProcess, options: E
   child.stderr?.on('data', collect);
   const failed = new Promise<never>((_, reject) => {
     child.once('error', (error: NodeJS.ErrnoException) =>
-      reject(
-        error.code === 'ENOENT'
-          ? new Error(
-              'DynamoDB Local needs Java 17 or newer on the PATH (Debian: apt-get install -y openjdk-17-jre-headless)',
-            )
-          : error,
-      ),
+      reject(error.code === 'ENOENT' ? new Error(NEEDS_JAVA) : error),
     );
     child.once('exit', (code) =>
       reject(
         new Error(
           code === 127 // taskset could not find java
-            ? 'DynamoDB Local needs Java 17 or newer on the PATH (Debian: apt-get install -y openjdk-17-jre-headless)'
+            ? NEEDS_JAVA
             : `DynamoDB Local exited (${code}) during startup:\n${output.slice(-2000)}`,
         ),
       ),

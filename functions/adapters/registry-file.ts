@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { Deployment, Model, ModelKind, Rates } from '#core/registry.ts';
+import { type Deployment, type Model, type ModelKind, RATE_NAMES } from '#core/registry.ts';
 import { deploymentSchema, formatPath, issueList, modelSchema } from './registry-codec.ts';
 
 /**
@@ -178,7 +178,6 @@ const positionLabel: EntryLabel = (issue) => formatPath([issue.collection, issue
 export const describeIssue = (issue: RegistryIssue, label: EntryLabel = positionLabel): string =>
   `${label(issue)}${issue.field ? `.${issue.field}` : ''}: ${issue.message}`;
 
-const RATE_NAMES = ['input', 'output', 'cachedInput'] as const satisfies readonly (keyof Rates)[];
 const CHAT_ONLY_FLAGS = ['reasoning', 'multimodal', 'promptCaching', 'autoLanguage'] as const;
 const AUDIO: ReadonlySet<ModelKind> = new Set(['transcription', 'speech']);
 

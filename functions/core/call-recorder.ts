@@ -12,7 +12,7 @@ import {
   type Outcome,
   type SettlementRecord,
 } from './settlement.ts';
-import type { Usage } from './usage.ts';
+import { isCharged, type Usage } from './usage.ts';
 
 /**
  * Collects what happens to one call — who, which model, every upstream attempt, how it ended — and turns
@@ -113,7 +113,7 @@ export class CallRecorder {
       usage: null,
       fault: { kind: 'internal' as const, status: 500, detail: 'call ended without an outcome' },
     };
-    const charged = end.outcome === 'success' || end.outcome === 'client_aborted';
+    const charged = isCharged(end.outcome);
     const cost = charged && end.usage && this.model ? costOf(this.model, end.usage) : 0;
     const now = this.#clock.now();
     return {

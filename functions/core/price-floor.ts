@@ -1,10 +1,7 @@
-import type { Deployment, Model, Rates } from './registry.ts';
+import { type Deployment, type Model, RATE_NAMES, type Rates } from './registry.ts';
 
 /** Spec §1: prices are floored at a minimum margin over what upstreams charge us. 0.2 = 20 %. */
 export const DEFAULT_PRICE_MIN_MARGIN = 0.2;
-
-type RateName = keyof Rates;
-const RATE_NAMES: readonly RateName[] = ['input', 'output', 'cachedInput'];
 
 /**
  * Rates are USD per 1M units with at most six decimals (pricing.ts bills them exactly). A floor is rounded
@@ -22,7 +19,7 @@ const ceilToMicro = (usd: number): number => Math.ceil(Math.round(usd * 1e9) / 1
  */
 export const publishedRates = (model: Model, deployments: readonly Deployment[], margin: number): Rates => {
   if (model.flags.free) return model.rates;
-  const published: { -readonly [K in RateName]?: number } = {};
+  const published: { -readonly [K in keyof Rates]?: number } = {};
   for (const name of RATE_NAMES) {
     const list = model.rates[name];
     if (list === undefined) continue;

@@ -5,8 +5,6 @@ export interface RefreshingCacheOptions<V> {
   readonly clock: Clock;
   /** How long a loaded value is trusted without asking again; 0 turns caching off. */
   readonly ttlMs: number;
-  /** Oldest a value may be and still be served while its refresh is under way. */
-  readonly maxStaleMs?: number;
   readonly maxEntries?: number;
 }
 
@@ -31,7 +29,8 @@ export class RefreshingCache<V> {
   constructor(options: RefreshingCacheOptions<V>) {
     this.#options = options;
     this.#maxEntries = options.maxEntries ?? 10_000;
-    this.#maxStaleMs = options.ttlMs === 0 ? 0 : (options.maxStaleMs ?? Math.max(60_000, options.ttlMs * 4));
+    // Oldest a value may be and still be served while its refresh is under way.
+    this.#maxStaleMs = options.ttlMs === 0 ? 0 : Math.max(60_000, options.ttlMs * 4);
   }
 
   /** The value, from the cache when fresh enough; synchronous on a hit so hot paths add no microtask. */
@@ -46,11 +45,6 @@ export class RefreshingCache<V> {
       return entry.value;
     }
     return refresh;
-  }
-
-  /** Forgets a key, e.g. after this instance changed it in the store. */
-  invalidate(key: string): void {
-    this.#entries.delete(key);
   }
 
   #refresh(key: string): Promise<V> {

@@ -15,6 +15,8 @@ export interface Rates {
   readonly cachedInput?: number;
 }
 
+export const RATE_NAMES = ['input', 'output', 'cachedInput'] as const satisfies readonly (keyof Rates)[];
+
 export interface ModelFlags {
   /** Zero billing: no hold, no debit. */
   readonly free?: boolean;

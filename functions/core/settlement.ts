@@ -1,7 +1,7 @@
 import type { SettlementPlan } from './accounting.ts';
 import { ApiError, ServiceUnavailableError, type UnavailableReason } from './errors.ts';
 import type { Attempt, FailureKind } from './fallback.ts';
-import type { Usage } from './usage.ts';
+import { isCharged, tokensOf, type Usage } from './usage.ts';
 import { aggregatesFor, faultFor } from './usage-aggregates.ts';
 
 export type Endpoint = 'chat.completions' | 'embeddings' | 'audio.transcriptions' | 'audio.speech';
@@ -135,10 +135,8 @@ const describe = (error: unknown): string =>
   error instanceof Error ? `${error.name}: ${error.message}` : 'unknown error';
 
 /** Tokens the call actually consumed, as the limits count them (failed calls consumed none). */
-export const tokensConsumed = (record: SettlementRecord): number =>
-  (record.outcome === 'success' || record.outcome === 'client_aborted') && record.usage
-    ? record.usage.promptTokens + record.usage.completionTokens
-    : 0;
+const tokensConsumed = (record: SettlementRecord): number =>
+  isCharged(record.outcome) && record.usage ? tokensOf(record.usage) : 0;
 
 /**
  * The writes that settle one record: release the hold, debit the cost, correct the token buckets by what the

@@ -1,4 +1,5 @@
 import type { Outcome, SettlementRecord } from './settlement.ts';
+import { isCharged, tokensOf } from './usage.ts';
 
 /**
  * What each settled call adds to the anonymous usage aggregates the public report reads (spec §2.6). Keys
@@ -41,9 +42,6 @@ const PLATFORM_FAULTS: ReadonlySet<Outcome> = new Set([
   'internal_error',
 ]);
 
-const isSuccess = (record: SettlementRecord): boolean =>
-  record.outcome === 'success' || record.outcome === 'client_aborted';
-
 /**
  * A 503 because nothing could serve the model: the registry read as empty, or no deployment was eligible.
  * Every such call is part of an incident by rule (ADR 0008); a 503 because the accounting store could not be
@@ -76,9 +74,9 @@ const pad2 = (n: number): string => String(n).padStart(2, '0');
 export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] => {
   const at = record.timings.receivedAt;
   const day = utcDay(at);
-  const success = isSuccess(record);
+  const success = isCharged(record.outcome);
   const fault = PLATFORM_FAULTS.has(record.outcome);
-  const tokens = success && record.usage ? record.usage.promptTokens + record.usage.completionTokens : 0;
+  const tokens = success && record.usage ? tokensOf(record.usage) : 0;
   const increments: AggregateIncrement[] = [];
   // A day's totals are the sum of its model rows; calls that never named a valid model get a row of their own.
   if (!record.model) {
@@ -188,7 +186,7 @@ export const faultDetail = (record: SettlementRecord): string => {
 };
 
 export const faultFor = (record: SettlementRecord): FaultEntry | null => {
-  if (isSuccess(record)) return null;
+  if (isCharged(record.outcome)) return null;
   return {
     at: record.timings.receivedAt,
     day: utcDay(record.timings.receivedAt),

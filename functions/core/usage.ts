@@ -1,3 +1,5 @@
+import type { Outcome } from './settlement.ts';
+
 /** What one call consumed, in the units its model is billed in. */
 export interface Usage {
   readonly promptTokens: number;
@@ -18,6 +20,9 @@ export interface Usage {
 }
 
 export const tokensOf = (usage: Usage): number => usage.promptTokens + usage.completionTokens;
+
+/** Whether a call that ended this way is paid for: the client got (or walked away from) what it asked for. */
+export const isCharged = (outcome: Outcome): boolean => outcome === 'success' || outcome === 'client_aborted';
 
 const count = (value: unknown): number | null =>
   typeof value === 'number' && Number.isInteger(value) && value >= 0 ? value : null;

@@ -97,6 +97,10 @@ describe('a bad key', () => {
     const providers = await serve(model, 12);
     expect(providers.every((p) => p === 'sim-a')).toBe(true);
     expect(t.simulator.calls('sim-b')).toHaveLength(0);
+    // The bad key was hit (keys are picked at random first), and cycling served anyway.
+    expect(
+      t.simulator.calls('sim-a').some((c) => c.key === 'sim-a-key-1' && c.fault === 'server_error'),
+    ).toBe(true);
   });
 });
 

@@ -110,7 +110,7 @@ describe('npm start', () => {
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
     expect(await portOpen(dynamoPort)).toBe(false);
-    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']).catch(() => ({ stdout: '' }));
+    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']);
     expect(stdout).not.toContain(`-port ${dynamoPort}`);
     expect(existsSync(join(dir, 'stack.json'))).toBe(false);
   });
@@ -141,7 +141,7 @@ describe('npm start', () => {
     // The JVM gets SIGTERM from the exiting process; give it a moment to go.
     for (let i = 0; i < 50 && (await portOpen(port)); i++) await new Promise((r) => setTimeout(r, 100));
     expect(await portOpen(port)).toBe(false);
-    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']).catch(() => ({ stdout: '' }));
+    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']);
     expect(stdout).not.toContain(`-port ${port}`);
   });
 });

@@ -64,6 +64,8 @@ describe('the data stack', () => {
 
   it('keeps production tables and provider secrets when the stack is deleted, and not in other stages', () => {
     const production = synth(true, ['svc/provider-a/key-1']);
+    production.resourceCountIs('AWS::DynamoDB::GlobalTable', Object.keys(tables).length);
+    production.resourceCountIs('AWS::SecretsManager::Secret', 1);
     for (const type of ['AWS::DynamoDB::GlobalTable', 'AWS::SecretsManager::Secret']) {
       for (const resource of Object.values(production.findResources(type)))
         expect(resource.DeletionPolicy, type).toBe('Retain');

@@ -1,4 +1,6 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { loadConfig, TUNABLE_ENV } from '#functions/config.ts';
 import { DEFAULT_SCHEDULES, stageConfig } from '#lib/stage.ts';
 
 /** Context as `cdk.json` and `-c key=value` give it (command-line values are always strings). */
@@ -78,5 +80,28 @@ describe('stageConfig', () => {
     [{ functionEnv: '{"HEALTH_FAILURE_RATE":"2"}' }, 'HEALTH_FAILURE_RATE'],
   ])('fails the synth on a bad value, naming the key: %o', (context, key) => {
     expect(() => config(context)).toThrow(key);
+  });
+});
+
+describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const documented = [...readme.matchAll(/^\| `([A-Z_]+)` \|/gm)].map((m) => m[1]);
+
+  it('lists only settings the README documents', () => {
+    for (const name of TUNABLE_ENV) expect(documented).toContain(name);
+  });
+
+  it('lists only settings the functions read (a bad value fails the cold start, naming it)', () => {
+    const resources = {
+      ACCOUNTS_TABLE: 'a',
+      BUCKETS_TABLE: 'b',
+      WALLET_TABLE: 'w',
+      REGISTRY_TABLE: 'r',
+      USAGE_TABLE: 'u',
+      SETTLEMENT_QUEUE_URL: 'q',
+    };
+    for (const name of TUNABLE_ENV) {
+      expect(() => loadConfig({ ...resources, [name]: '-1.5' }), name).toThrow(name);
+    }
   });
 });

@@ -51,6 +51,7 @@ describe('DATA_DIR', () => {
       port: 0,
       dataDir,
       demoApiKey: key,
+      demoBalanceUsd: 5,
       functionEnv: { LOG_LEVEL: 'silent' },
     });
     const client = new DynamoDBClient(localClientConfig(first.emulators.dynamodb));

@@ -13,8 +13,9 @@ import type { Usage } from '#core/usage.ts';
  *   the same on both and the gateway's default 0.7 stays 0.7; OpenAI's hotter 1–2 becomes Anthropic's hottest, 1.
  * - **system** messages, wherever they appear, are hoisted into the top-level `system` (joined by a blank
  *   line): the Messages API has no system role inside the conversation.
- * - **n > 1** cannot be served (Messages returns one reply): the attempt fails as `rejected`, which reaches
- *   the client as a 400 naming `n` and does not count against the deployment's health.
+ * - **n > 1** cannot be served (Messages returns one reply): the attempt fails as `unsupported`, so routing
+ *   moves to a deployment that can; only when none can does the client get a 400 naming `n`. It does not count
+ *   against the deployment's health.
  * - **response_format** has no Messages equivalent: `json_object`/`json_schema` become a system instruction.
  * - `seed`, `presence_penalty`, `frequency_penalty` have no equivalent and are dropped.
  * - `thinking` (only ever present from a deployment's `reasoningParams`, since clients cannot send it) is

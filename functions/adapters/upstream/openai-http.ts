@@ -36,7 +36,7 @@ export class OpenAiHttp {
   readonly #keys: KeyRing;
   readonly #auth: AuthHeaders;
   readonly config: UpstreamConfig;
-  readonly #urls = new Map<string, URL>();
+  readonly #urls = new WeakMap<Deployment, Map<string, URL>>();
 
   constructor(http: UpstreamHttp, keys: KeyRing, config: UpstreamConfig, auth: AuthHeaders = bearerAuth) {
     this.#http = http;
@@ -73,11 +73,16 @@ export class OpenAiHttp {
   }
 
   #url(deployment: Deployment, path: string): URL {
-    const cacheKey = `${deployment.id} ${deployment.baseUrl} ${path}`;
-    let url = this.#urls.get(cacheKey);
+    // Deployment objects belong to a registry snapshot: their URLs are parsed once and go with the snapshot.
+    let urls = this.#urls.get(deployment);
+    if (!urls) {
+      urls = new Map();
+      this.#urls.set(deployment, urls);
+    }
+    let url = urls.get(path);
     if (!url) {
       url = new URL(`${deployment.baseUrl.replace(/\/+$/, '')}${path}`);
-      this.#urls.set(cacheKey, url);
+      urls.set(path, url);
     }
     return url;
   }

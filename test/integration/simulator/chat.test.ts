@@ -1,22 +1,14 @@
 import { encode } from 'gpt-tokenizer';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { REASONING_TOKENS, TOOL_CALL_COMPLETION_TOKENS } from '#sim/chat.ts';
-import { type Simulator, startSimulator } from '#sim/server.ts';
 import { countPromptTokens } from '#sim/tokens.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 import { postChat, readSse, userChat } from './client.ts';
+import { useSimulator } from './use-simulator.ts';
 
 const CACHING_MODEL = 'gpt-4o-cached';
 
-let sim: Simulator;
-
-beforeAll(async () => {
-  sim = await startSimulator({ promptCachingModels: [CACHING_MODEL] });
-});
-
-afterAll(async () => {
-  await sim.close();
-});
+const sim = useSimulator({ promptCachingModels: [CACHING_MODEL] });
 
 interface Usage {
   prompt_tokens: number;
@@ -64,7 +56,7 @@ interface Chunk {
 }
 
 async function complete(body: unknown, headers?: Record<string, string>): Promise<Completion> {
-  const response = await postChat(sim.url, body, { headers });
+  const response = await postChat(sim().url, body, { headers });
   expect(response.status).toBe(200);
   const completion = (await response.json()) as Completion;
   expect(schemaErrors('CreateChatCompletionResponse', completion)).toBe('');
@@ -72,7 +64,7 @@ async function complete(body: unknown, headers?: Record<string, string>): Promis
 }
 
 async function stream(body: Record<string, unknown>, headers?: Record<string, string>) {
-  const response = await postChat(sim.url, { ...body, stream: true }, { headers });
+  const response = await postChat(sim().url, { ...body, stream: true }, { headers });
   expect(response.status).toBe(200);
   expect(response.headers.get('content-type')).toBe('text/event-stream');
   expect(response.headers.get('cache-control')).toBe('no-cache');
@@ -96,7 +88,7 @@ function streamedText(chunks: Chunk[], index = 0): string {
 describe('non-streamed chat completions', () => {
   test('return an OpenAI-shaped completion whose usage counts exactly the tokens of its text', async () => {
     const body = userChat('Tell me something.');
-    const response = await postChat(sim.url, body);
+    const response = await postChat(sim().url, body);
     expect(response.headers.get('content-type')).toBe('application/json');
     const completion = (await response.json()) as Completion;
     expect(schemaErrors('CreateChatCompletionResponse', completion)).toBe('');
@@ -363,7 +355,7 @@ describe('prompt caching', () => {
 
 describe('request validation', () => {
   test('rejects a body that is not JSON with an OpenAI-shaped 400', async () => {
-    const response = await postChat(sim.url, '{not json');
+    const response = await postChat(sim().url, '{not json');
     expect(response.status).toBe(400);
     expect(await response.json()).toEqual({
       error: { message: expect.any(String), type: 'invalid_request_error', param: null, code: null },
@@ -371,14 +363,14 @@ describe('request validation', () => {
   });
 
   test('rejects a request without a model', async () => {
-    const response = await postChat(sim.url, { messages: [{ role: 'user', content: 'hi' }] });
+    const response = await postChat(sim().url, { messages: [{ role: 'user', content: 'hi' }] });
     expect(response.status).toBe(400);
     const body = (await response.json()) as { error: { type: string } };
     expect(body.error.type).toBe('invalid_request_error');
   });
 
   test('rejects a request without messages, naming the parameter', async () => {
-    const response = await postChat(sim.url, { model: 'gpt-4o' });
+    const response = await postChat(sim().url, { model: 'gpt-4o' });
     expect(response.status).toBe(400);
     expect(await response.json()).toEqual({
       error: {
@@ -397,7 +389,7 @@ describe('request validation', () => {
   });
 
   test('requires a bearer key', async () => {
-    const response = await postChat(sim.url, userChat('hi'), { key: null });
+    const response = await postChat(sim().url, userChat('hi'), { key: null });
     expect(response.status).toBe(401);
     expect(await response.json()).toEqual({
       error: {

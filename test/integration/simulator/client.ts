@@ -21,17 +21,7 @@ export interface PostOptions {
 
 /** POSTs a chat completion request and returns the raw response. */
 export function postChat(baseUrl: string, body: unknown, options: PostOptions = {}): Promise<Response> {
-  const prefix = options.provider === undefined ? '' : `/p/${options.provider}`;
-  const key = options.key === undefined ? 'sk-test' : options.key;
-  return fetch(`${baseUrl}${prefix}/v1/chat/completions`, {
-    method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      ...(key === null ? {} : { authorization: `Bearer ${key}` }),
-      ...options.headers,
-    },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
+  return postJson(baseUrl, '/v1/chat/completions', body, options);
 }
 
 /** POSTs a JSON body (or a raw string) to any API path, e.g. `/v1/embeddings`, and returns the response. */

@@ -1,28 +1,15 @@
 import { encode } from 'gpt-tokenizer';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { DEFAULT_EMBEDDING_DIMENSIONS } from '#sim/embeddings.ts';
 import { OVERLOADED_ERROR } from '#sim/errors.ts';
-import { type Simulator, startSimulator } from '#sim/server.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 import { isSocketError, type PostOptions, postJson, readText } from './client.ts';
+import { useSimulator } from './use-simulator.ts';
 
 const PATH = '/v1/embeddings';
 const MODEL = 'text-embedding-3-small';
 
-let sim: Simulator;
-
-beforeAll(async () => {
-  sim = await startSimulator();
-});
-
-afterEach(() => {
-  sim.resetFaults();
-  sim.clearCalls();
-});
-
-afterAll(async () => {
-  await sim.close();
-});
+const sim = useSimulator();
 
 interface EmbeddingList<T = number[]> {
   object: string;
@@ -32,20 +19,20 @@ interface EmbeddingList<T = number[]> {
 }
 
 async function embed(body: Record<string, unknown>, options?: PostOptions): Promise<EmbeddingList> {
-  const response = await postJson(sim.url, PATH, { model: MODEL, ...body }, options);
+  const response = await postJson(sim().url, PATH, { model: MODEL, ...body }, options);
   expect(response.status).toBe(200);
   expect(response.headers.get('content-type')).toBe('application/json');
   return (await response.json()) as EmbeddingList;
 }
 
 async function embedBase64(body: Record<string, unknown>): Promise<EmbeddingList<string>> {
-  const response = await postJson(sim.url, PATH, { model: MODEL, encoding_format: 'base64', ...body });
+  const response = await postJson(sim().url, PATH, { model: MODEL, encoding_format: 'base64', ...body });
   expect(response.status).toBe(200);
   return (await response.json()) as EmbeddingList<string>;
 }
 
 async function rejection(body: unknown): Promise<{ message: string; type: string; param: string | null }> {
-  const response = await postJson(sim.url, PATH, body);
+  const response = await postJson(sim().url, PATH, body);
   expect(response.status).toBe(400);
   return ((await response.json()) as { error: { message: string; type: string; param: string | null } })
     .error;
@@ -161,7 +148,7 @@ describe('usage', () => {
   });
 
   test('a provider spec can omit usage, and omit_usage=0 turns it back on for one request', async () => {
-    sim.setFaults('emb-quiet', { omitUsage: true });
+    sim().setFaults('emb-quiet', { omitUsage: true });
     expect(await embed({ input: 'x' }, { provider: 'emb-quiet' })).not.toHaveProperty('usage');
     const list = await embed({ input: 'x' }, { provider: 'emb-quiet', headers: { 'x-sim-omit-usage': '0' } });
     expect(list.usage).toEqual({ prompt_tokens: 1, total_tokens: 1 });
@@ -169,7 +156,7 @@ describe('usage', () => {
 
   test('an omit_usage value other than 0 or 1 is rejected', async () => {
     const response = await postJson(
-      sim.url,
+      sim().url,
       PATH,
       { model: MODEL, input: 'x' },
       {
@@ -235,29 +222,34 @@ describe('invalid requests', () => {
   });
 
   test('a request without a key is a 401', async () => {
-    const response = await postJson(sim.url, PATH, { model: MODEL, input: 'a' }, { key: null });
+    const response = await postJson(sim().url, PATH, { model: MODEL, input: 'a' }, { key: null });
     expect(response.status).toBe(401);
   });
 });
 
 describe('faults', () => {
   test('a provider fault applies on its /p/<provider> path only', async () => {
-    sim.setFaults('emb-a', { error: 'overloaded' });
-    const failed = await postJson(sim.url, PATH, { model: MODEL, input: 'a' }, { provider: 'emb-a' });
+    sim().setFaults('emb-a', { error: 'overloaded' });
+    const failed = await postJson(sim().url, PATH, { model: MODEL, input: 'a' }, { provider: 'emb-a' });
     expect(failed.status).toBe(429);
     expect(await failed.json()).toEqual(OVERLOADED_ERROR);
-    expect((await postJson(sim.url, PATH, { model: MODEL, input: 'a' }, { provider: 'emb-b' })).status).toBe(
-      200,
-    );
-    expect(sim.calls('emb-a')).toEqual([
+    expect(
+      (await postJson(sim().url, PATH, { model: MODEL, input: 'a' }, { provider: 'emb-b' })).status,
+    ).toBe(200);
+    expect(sim().calls('emb-a')).toEqual([
       expect.objectContaining({ path: PATH, model: MODEL, fault: 'overloaded' }),
     ]);
   });
 
   test('drop_mid sends a 200 with about half the JSON, then fails', async () => {
-    const whole = await (await postJson(sim.url, PATH, { model: MODEL, input: 'cut me' })).text();
-    sim.setFaults('emb-a', { error: 'drop_mid' });
-    const response = await postJson(sim.url, PATH, { model: MODEL, input: 'cut me' }, { provider: 'emb-a' });
+    const whole = await (await postJson(sim().url, PATH, { model: MODEL, input: 'cut me' })).text();
+    sim().setFaults('emb-a', { error: 'drop_mid' });
+    const response = await postJson(
+      sim().url,
+      PATH,
+      { model: MODEL, input: 'cut me' },
+      { provider: 'emb-a' },
+    );
     expect(response.status).toBe(200);
     const { text, error } = await readText(response);
     expect(isSocketError(error)).toBe(true);
@@ -266,7 +258,7 @@ describe('faults', () => {
   });
 
   test('an inline directive in any input string injects a fault', async () => {
-    const response = await postJson(sim.url, PATH, {
+    const response = await postJson(sim().url, PATH, {
       model: MODEL,
       input: ['fine', 'broken [[sim: fault=server_error]]'],
     });
@@ -281,7 +273,7 @@ describe('faults', () => {
 
   test('the call log keeps the request body', async () => {
     await embed({ input: ['a', 'b'], dimensions: 8 }, { provider: 'emb-log', key: 'sk-log' });
-    expect(sim.calls('emb-log')).toEqual([
+    expect(sim().calls('emb-log')).toEqual([
       expect.objectContaining({
         path: PATH,
         key: 'sk-log',

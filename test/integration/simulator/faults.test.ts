@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { OVERLOADED_ERROR, SERVER_ERROR } from '#sim/errors.ts';
 import {
   type FaultSpec,
@@ -10,35 +10,23 @@ import {
   resolveFaultPlan,
   validateFaultSpec,
 } from '#sim/faults.ts';
-import { type Simulator, startSimulator } from '#sim/server.ts';
+import { startSimulator } from '#sim/server.ts';
 import { isSocketError, postChat, readSse, readText, settle, userChat } from './client.ts';
+import { useSimulator } from './use-simulator.ts';
 
-let sim: Simulator;
-
-beforeAll(async () => {
-  sim = await startSimulator();
-});
-
-afterEach(() => {
-  sim.resetFaults();
-  sim.clearCalls();
-});
-
-afterAll(async () => {
-  await sim.close();
-});
+const sim = useSimulator();
 
 const streamBody = (content = 'stream me', extra: Record<string, unknown> = {}) =>
   userChat(content, { stream: true, ...extra });
 
 function putFaults(provider: string, spec: unknown): Promise<Response> {
-  return fetch(`${sim.url}/_sim/faults/${provider}`, { method: 'PUT', body: JSON.stringify(spec) });
+  return fetch(`${sim().url}/_sim/faults/${provider}`, { method: 'PUT', body: JSON.stringify(spec) });
 }
 
 describe('error faults', () => {
   test('overloaded answers 429 with exactly the OpenAI engine_overloaded body', async () => {
-    sim.setFaults('sim-a', { error: 'overloaded' });
-    const response = await postChat(sim.url, userChat('hi'), { provider: 'sim-a' });
+    sim().setFaults('sim-a', { error: 'overloaded' });
+    const response = await postChat(sim().url, userChat('hi'), { provider: 'sim-a' });
     expect(response.status).toBe(429);
     expect(await response.text()).toBe(
       '{"error":{"message":"The model is currently busy with other requests. Please retry later.",' +
@@ -48,8 +36,8 @@ describe('error faults', () => {
   });
 
   test('server_error answers 500 with the OpenAI server_error body', async () => {
-    sim.setFaults('sim-a', { error: 'server_error' });
-    const response = await postChat(sim.url, userChat('hi'), { provider: 'sim-a' });
+    sim().setFaults('sim-a', { error: 'server_error' });
+    const response = await postChat(sim().url, userChat('hi'), { provider: 'sim-a' });
     expect(response.status).toBe(500);
     expect(await response.json()).toEqual({
       error: {
@@ -63,8 +51,8 @@ describe('error faults', () => {
   });
 
   test('unauthorized answers 401 invalid_api_key even with a key', async () => {
-    sim.setFaults('sim-a', { error: 'unauthorized' });
-    const response = await postChat(sim.url, userChat('hi'), { provider: 'sim-a' });
+    sim().setFaults('sim-a', { error: 'unauthorized' });
+    const response = await postChat(sim().url, userChat('hi'), { provider: 'sim-a' });
     expect(response.status).toBe(401);
     expect(await response.json()).toEqual({
       error: {
@@ -77,16 +65,16 @@ describe('error faults', () => {
   });
 
   test('drop_before closes the connection without any response', async () => {
-    sim.setFaults('sim-a', { error: 'drop_before' });
-    const { value, error } = await settle(postChat(sim.url, userChat('hi'), { provider: 'sim-a' }));
+    sim().setFaults('sim-a', { error: 'drop_before' });
+    const { value, error } = await settle(postChat(sim().url, userChat('hi'), { provider: 'sim-a' }));
     expect(value).toBeNull();
     expect(isSocketError(error)).toBe(true);
-    expect(sim.calls('sim-a').at(-1)?.fault).toBe('drop_before');
+    expect(sim().calls('sim-a').at(-1)?.fault).toBe('drop_before');
   });
 
   test('drop_mid on a stream sends two data events by default, then fails without [DONE]', async () => {
-    sim.setFaults('sim-a', { error: 'drop_mid' });
-    const response = await postChat(sim.url, streamBody(), { provider: 'sim-a' });
+    sim().setFaults('sim-a', { error: 'drop_mid' });
+    const response = await postChat(sim().url, streamBody(), { provider: 'sim-a' });
     expect(response.status).toBe(200);
     const { data, error } = await readSse(response);
     expect(data).toHaveLength(2);
@@ -95,17 +83,17 @@ describe('error faults', () => {
   });
 
   test('drop_mid on a stream honours dropAfterChunks and chunk delays', async () => {
-    sim.setFaults('sim-a', { error: 'drop_mid', dropAfterChunks: 4, chunkDelayMs: 5 });
-    const response = await postChat(sim.url, streamBody(), { provider: 'sim-a' });
+    sim().setFaults('sim-a', { error: 'drop_mid', dropAfterChunks: 4, chunkDelayMs: 5 });
+    const response = await postChat(sim().url, streamBody(), { provider: 'sim-a' });
     const { data, error } = await readSse(response);
     expect(data).toHaveLength(4);
     expect(isSocketError(error)).toBe(true);
   });
 
   test('drop_mid on a non-streamed request sends 200 and about half the body before failing', async () => {
-    const whole = await (await postChat(sim.url, userChat('same body'))).text();
-    sim.setFaults('sim-a', { error: 'drop_mid' });
-    const response = await postChat(sim.url, userChat('same body'), { provider: 'sim-a' });
+    const whole = await (await postChat(sim().url, userChat('same body'))).text();
+    sim().setFaults('sim-a', { error: 'drop_mid' });
+    const response = await postChat(sim().url, userChat('same body'), { provider: 'sim-a' });
     expect(response.status).toBe(200);
     const { text, error } = await readText(response);
     expect(isSocketError(error)).toBe(true);
@@ -115,10 +103,14 @@ describe('error faults', () => {
   });
 
   test('faults are recorded in the call log', async () => {
-    sim.setFaults('sim-a', { error: 'overloaded' });
-    await postChat(sim.url, userChat('hi'), { provider: 'sim-a', key: 'sk-a' });
-    await postChat(sim.url, userChat('hi'), { provider: 'sim-b', key: 'sk-b' });
-    expect(sim.calls().map(({ provider, key, fault }) => ({ provider, key, fault }))).toEqual([
+    sim().setFaults('sim-a', { error: 'overloaded' });
+    await postChat(sim().url, userChat('hi'), { provider: 'sim-a', key: 'sk-a' });
+    await postChat(sim().url, userChat('hi'), { provider: 'sim-b', key: 'sk-b' });
+    expect(
+      sim()
+        .calls()
+        .map(({ provider, key, fault }) => ({ provider, key, fault })),
+    ).toEqual([
       { provider: 'sim-a', key: 'sk-a', fault: 'overloaded' },
       { provider: 'sim-b', key: 'sk-b', fault: null },
     ]);
@@ -127,17 +119,17 @@ describe('error faults', () => {
 
 describe('fault scoping', () => {
   test('a provider fault leaves other providers and the default route alone', async () => {
-    sim.setFaults('sim-a', { error: 'server_error' });
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-b' })).status).toBe(200);
-    expect((await postChat(sim.url, userChat('hi'))).status).toBe(200);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a' })).status).toBe(500);
+    sim().setFaults('sim-a', { error: 'server_error' });
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-b' })).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'))).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a' })).status).toBe(500);
   });
 
   test('a counted fault fails the next N requests and then expires', async () => {
-    sim.setFaults('sim-a', { error: 'overloaded', count: 2 });
+    sim().setFaults('sim-a', { error: 'overloaded', count: 2 });
     const statuses: number[] = [];
     for (let i = 0; i < 4; i++) {
-      const response = await postChat(sim.url, userChat('hi'), { provider: 'sim-a' });
+      const response = await postChat(sim().url, userChat('hi'), { provider: 'sim-a' });
       await response.arrayBuffer();
       statuses.push(response.status);
     }
@@ -145,40 +137,42 @@ describe('fault scoping', () => {
   });
 
   test('a keyed fault only applies to requests made with one of its keys', async () => {
-    sim.setFaults('sim-a', { error: 'unauthorized', keys: ['sk-revoked'] });
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a', key: 'sk-revoked' })).status).toBe(
+    sim().setFaults('sim-a', { error: 'unauthorized', keys: ['sk-revoked'] });
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a', key: 'sk-revoked' })).status).toBe(
       401,
     );
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a', key: 'sk-good' })).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a', key: 'sk-good' })).status).toBe(
+      200,
+    );
   });
 
   test('requests with other keys do not use up a keyed, counted fault', async () => {
-    sim.setFaults('sim-a', { error: 'overloaded', keys: ['sk-x'], count: 1 });
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a', key: 'sk-y' })).status).toBe(200);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a', key: 'sk-x' })).status).toBe(429);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a', key: 'sk-x' })).status).toBe(200);
+    sim().setFaults('sim-a', { error: 'overloaded', keys: ['sk-x'], count: 1 });
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a', key: 'sk-y' })).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a', key: 'sk-x' })).status).toBe(429);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a', key: 'sk-x' })).status).toBe(200);
   });
 
   test('setting null clears a provider fault and resetFaults clears them all', async () => {
-    sim.setFaults('sim-a', { error: 'server_error' });
-    sim.setFaults('sim-b', { error: 'server_error' });
-    sim.setFaults('sim-a', null);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
-    sim.resetFaults();
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-b' })).status).toBe(200);
+    sim().setFaults('sim-a', { error: 'server_error' });
+    sim().setFaults('sim-b', { error: 'server_error' });
+    sim().setFaults('sim-a', null);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
+    sim().resetFaults();
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-b' })).status).toBe(200);
   });
 });
 
 describe('per-request fault headers', () => {
   test('x-sim-fault injects an error without any provider spec', async () => {
-    const response = await postChat(sim.url, userChat('hi'), { headers: { 'x-sim-fault': 'overloaded' } });
+    const response = await postChat(sim().url, userChat('hi'), { headers: { 'x-sim-fault': 'overloaded' } });
     expect(response.status).toBe(429);
     expect(await response.json()).toEqual(OVERLOADED_ERROR);
   });
 
   test('x-sim-drop-after-chunks overrides the provider value field by field', async () => {
-    sim.setFaults('sim-a', { error: 'drop_mid', dropAfterChunks: 5 });
-    const response = await postChat(sim.url, streamBody(), {
+    sim().setFaults('sim-a', { error: 'drop_mid', dropAfterChunks: 5 });
+    const response = await postChat(sim().url, streamBody(), {
       provider: 'sim-a',
       headers: { 'x-sim-drop-after-chunks': '1' },
     });
@@ -188,8 +182,8 @@ describe('per-request fault headers', () => {
   });
 
   test('x-sim-fault none cancels a provider fault for that request', async () => {
-    sim.setFaults('sim-a', { error: 'server_error' });
-    const response = await postChat(sim.url, userChat('hi'), {
+    sim().setFaults('sim-a', { error: 'server_error' });
+    const response = await postChat(sim().url, userChat('hi'), {
       provider: 'sim-a',
       headers: { 'x-sim-fault': 'none' },
     });
@@ -198,14 +192,14 @@ describe('per-request fault headers', () => {
 
   test('x-sim-latency-ms delays the response', async () => {
     const started = performance.now();
-    const response = await postChat(sim.url, userChat('hi'), { headers: { 'x-sim-latency-ms': '60' } });
+    const response = await postChat(sim().url, userChat('hi'), { headers: { 'x-sim-latency-ms': '60' } });
     expect(response.status).toBe(200);
     expect(performance.now() - started).toBeGreaterThanOrEqual(59);
   });
 
   test('x-sim-chunk-delay-ms spaces out stream events', async () => {
     const started = performance.now();
-    const response = await postChat(sim.url, streamBody(), {
+    const response = await postChat(sim().url, streamBody(), {
       headers: { 'x-sim-chunk-delay-ms': '20', 'x-sim-completion-tokens': '3' },
     });
     const { data } = await readSse(response);
@@ -215,7 +209,7 @@ describe('per-request fault headers', () => {
   });
 
   test('a malformed fault header is rejected with 400 rather than ignored', async () => {
-    const response = await postChat(sim.url, userChat('hi'), { headers: { 'x-sim-fault': 'explode' } });
+    const response = await postChat(sim().url, userChat('hi'), { headers: { 'x-sim-fault': 'explode' } });
     expect(response.status).toBe(400);
     const body = (await response.json()) as { error: { message: string; type: string } };
     expect(body.error.type).toBe('invalid_request_error');
@@ -228,7 +222,7 @@ describe('inline [[sim: ...]] directives', () => {
     const body = streamBody(
       'Hello [[sim: fault=drop_mid drop_after_chunks=3 chunk_delay_ms=5 latency_ms=10]]',
     );
-    const response = await postChat(sim.url, body);
+    const response = await postChat(sim().url, body);
     expect(response.status).toBe(200);
     const { data, error } = await readSse(response);
     expect(data).toHaveLength(3);
@@ -240,18 +234,18 @@ describe('inline [[sim: ...]] directives', () => {
       model: 'gpt-4o',
       messages: [{ role: 'user', content: [{ type: 'text', text: '[[sim: fault=overloaded]] hi' }] }],
     };
-    expect((await postChat(sim.url, body)).status).toBe(429);
+    expect((await postChat(sim().url, body)).status).toBe(429);
   });
 
   test('request headers win over an inline directive', async () => {
-    const response = await postChat(sim.url, userChat('[[sim: fault=server_error]]'), {
+    const response = await postChat(sim().url, userChat('[[sim: fault=server_error]]'), {
       headers: { 'x-sim-fault': 'none' },
     });
     expect(response.status).toBe(200);
   });
 
   test('an unknown directive key is rejected with 400', async () => {
-    const response = await postChat(sim.url, userChat('[[sim: fualt=overloaded]]'));
+    const response = await postChat(sim().url, userChat('[[sim: fualt=overloaded]]'));
     expect(response.status).toBe(400);
   });
 
@@ -276,9 +270,9 @@ describe('inline [[sim: ...]] directives', () => {
 
 describe('delays', () => {
   test('firstByteDelayMs holds back the response headers', async () => {
-    sim.setFaults('sim-a', { firstByteDelayMs: 80 });
+    sim().setFaults('sim-a', { firstByteDelayMs: 80 });
     const started = performance.now();
-    const response = await postChat(sim.url, streamBody(), { provider: 'sim-a' });
+    const response = await postChat(sim().url, streamBody(), { provider: 'sim-a' });
     const headersAfter = performance.now() - started;
     await readSse(response);
     expect(response.status).toBe(200);
@@ -301,17 +295,17 @@ describe('delays', () => {
 describe('the admin fault API', () => {
   test('PUT /_sim/faults/<provider> sets faults and a null body clears them', async () => {
     expect((await putFaults('sim-a', { error: 'overloaded' })).status).toBe(200);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a' })).status).toBe(429);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a' })).status).toBe(429);
     expect((await putFaults('sim-a', null)).status).toBe(200);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
   });
 
   test('DELETE /_sim/faults clears every provider', async () => {
     await putFaults('sim-a', { error: 'overloaded' });
     await putFaults('sim-b', { error: 'overloaded' });
-    expect((await fetch(`${sim.url}/_sim/faults`, { method: 'DELETE' })).status).toBe(200);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-b' })).status).toBe(200);
+    expect((await fetch(`${sim().url}/_sim/faults`, { method: 'DELETE' })).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-b' })).status).toBe(200);
   });
 
   test('an invalid fault spec is rejected with 400 and changes nothing', async () => {
@@ -329,11 +323,13 @@ describe('the admin fault API', () => {
         'invalid_request_error',
       );
     }
-    expect((await postChat(sim.url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
+    expect((await postChat(sim().url, userChat('hi'), { provider: 'sim-a' })).status).toBe(200);
   });
 
   test('setFaults throws on an invalid spec', () => {
-    expect(() => sim.setFaults('sim-a', { error: 'boom' } as unknown as FaultSpec)).toThrow(FaultSyntaxError);
+    expect(() => sim().setFaults('sim-a', { error: 'boom' } as unknown as FaultSpec)).toThrow(
+      FaultSyntaxError,
+    );
   });
 });
 
@@ -384,7 +380,7 @@ describe('omit_usage', () => {
   });
 
   test('leaves the usage out of a chat completion', async () => {
-    const response = await postChat(sim.url, userChat('no usage [[sim: omit_usage=1]]'));
+    const response = await postChat(sim().url, userChat('no usage [[sim: omit_usage=1]]'));
     expect(response.status).toBe(200);
     const completion = (await response.json()) as Record<string, unknown>;
     expect(completion).not.toHaveProperty('usage');
@@ -393,8 +389,8 @@ describe('omit_usage', () => {
 
   test('leaves the usage chunk out of a stream that asked for it', async () => {
     const body = streamBody('no usage', { stream_options: { include_usage: true } });
-    const withUsage = await readSse(await postChat(sim.url, body));
-    const without = await readSse(await postChat(sim.url, body, { headers: { 'x-sim-omit-usage': '1' } }));
+    const withUsage = await readSse(await postChat(sim().url, body));
+    const without = await readSse(await postChat(sim().url, body, { headers: { 'x-sim-omit-usage': '1' } }));
     expect(without.data).toHaveLength(withUsage.data.length - 1);
     expect(without.data.at(-1)).toBe('[DONE]');
     for (const payload of without.data.slice(0, -1)) {

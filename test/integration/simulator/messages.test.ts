@@ -1,28 +1,15 @@
 import { performance } from 'node:perf_hooks';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { TOOL_CALL_COMPLETION_TOKENS } from '#sim/chat.ts';
 import { countMessagesPromptTokens } from '#sim/messages.ts';
 import { cachedTokensFor } from '#sim/prompt-cache.ts';
-import { type Simulator, startSimulator } from '#sim/server.ts';
 import { countTextTokens } from '#sim/tokens.ts';
 import { isSocketError, readText, settle } from './client.ts';
+import { useSimulator } from './use-simulator.ts';
 
 const CACHING_MODEL = 'claude-cached';
 
-let sim: Simulator;
-
-beforeAll(async () => {
-  sim = await startSimulator({ promptCachingModels: [CACHING_MODEL] });
-});
-
-afterEach(() => {
-  sim.resetFaults();
-  sim.clearCalls();
-});
-
-afterAll(async () => {
-  await sim.close();
-});
+const sim = useSimulator({ promptCachingModels: [CACHING_MODEL] });
 
 type Json = Record<string, unknown>;
 
@@ -63,7 +50,7 @@ const postMessages = (payload: unknown, options: Options = {}): Promise<Response
   const prefix = options.provider === undefined ? '' : `/p/${options.provider}`;
   const key = options.key === undefined ? 'sk-ant-test' : options.key;
   const version = options.version === undefined ? '2023-06-01' : options.version;
-  return fetch(`${sim.url}${prefix}/v1/messages`, {
+  return fetch(`${sim().url}${prefix}/v1/messages`, {
     method: 'POST',
     headers: {
       'content-type': 'application/json',
@@ -237,7 +224,7 @@ describe('POST /v1/messages', () => {
 
   test('is served under /p/<provider>/ and records the x-api-key as the call’s key', async () => {
     await message(body(), { provider: 'sim-c', key: 'sim-c-key' });
-    expect(sim.calls('sim-c')).toEqual([
+    expect(sim().calls('sim-c')).toEqual([
       expect.objectContaining({ path: '/v1/messages', model: 'claude-sim', key: 'sim-c-key', fault: null }),
     ]);
   });
@@ -284,7 +271,7 @@ describe('authentication and validation, in Anthropic’s error shape', () => {
 
 describe('fault injection, shared with chat', () => {
   test('overloaded answers 529 with exactly Anthropic’s overloaded_error body', async () => {
-    sim.setFaults('sim-c', { error: 'overloaded' });
+    sim().setFaults('sim-c', { error: 'overloaded' });
     const response = await postMessages(body(), { provider: 'sim-c' });
     expect(response.status).toBe(529);
     expect(await response.text()).toBe(
@@ -293,14 +280,14 @@ describe('fault injection, shared with chat', () => {
   });
 
   test('server_error answers 500 api_error; unauthorized answers 401 authentication_error', async () => {
-    sim.setFaults('sim-c', { error: 'server_error' });
+    sim().setFaults('sim-c', { error: 'server_error' });
     const failed = await postMessages(body(), { provider: 'sim-c' });
     expect(failed.status).toBe(500);
     expect(await failed.json()).toEqual({
       type: 'error',
       error: { type: 'api_error', message: 'Internal server error' },
     });
-    sim.setFaults('sim-c', { error: 'unauthorized', keys: ['bad-key'] });
+    sim().setFaults('sim-c', { error: 'unauthorized', keys: ['bad-key'] });
     const refused = await postMessages(body(), { provider: 'sim-c', key: 'bad-key' });
     expect(refused.status).toBe(401);
     expect(await refused.json()).toMatchObject({ error: { type: 'authentication_error' } });
@@ -309,13 +296,13 @@ describe('fault injection, shared with chat', () => {
   });
 
   test('drop_before closes the connection without any response', async () => {
-    sim.setFaults('sim-c', { error: 'drop_before' });
+    sim().setFaults('sim-c', { error: 'drop_before' });
     const { error } = await settle(postMessages(body(), { provider: 'sim-c' }));
     expect(isSocketError(error) || error instanceof TypeError).toBe(true);
   });
 
   test('drop_mid on a stream sends dropAfterChunks events, then fails without message_stop', async () => {
-    sim.setFaults('sim-c', { error: 'drop_mid', dropAfterChunks: 4 });
+    sim().setFaults('sim-c', { error: 'drop_mid', dropAfterChunks: 4 });
     const { events, error } = await streamed(body(), { provider: 'sim-c' });
     expect(events.map((e) => e.event)).toEqual([
       'message_start',
@@ -327,7 +314,7 @@ describe('fault injection, shared with chat', () => {
   });
 
   test('drop_mid on a whole reply sends 200 and part of the body before failing', async () => {
-    sim.setFaults('sim-c', { error: 'drop_mid' });
+    sim().setFaults('sim-c', { error: 'drop_mid' });
     const response = await postMessages(body(), { provider: 'sim-c' });
     expect(response.status).toBe(200);
     const { text, error } = await readText(response);
@@ -353,7 +340,7 @@ describe('fault injection, shared with chat', () => {
   });
 
   test('firstByteDelayMs holds back the response headers', async () => {
-    sim.setFaults('sim-c', { firstByteDelayMs: 150 });
+    sim().setFaults('sim-c', { firstByteDelayMs: 150 });
     const started = performance.now();
     const response = await postMessages(body(), { provider: 'sim-c' });
     expect(performance.now() - started).toBeGreaterThanOrEqual(140);
@@ -361,7 +348,7 @@ describe('fault injection, shared with chat', () => {
   });
 
   test('omit_usage leaves usage out of a whole reply and out of the stream’s events', async () => {
-    sim.setFaults('sim-c', { omitUsage: true });
+    sim().setFaults('sim-c', { omitUsage: true });
     const whole = (await (await postMessages(body(), { provider: 'sim-c' })).json()) as Json;
     expect(whole).not.toHaveProperty('usage');
     const { events } = await streamed(body(), { provider: 'sim-c' });
@@ -370,9 +357,13 @@ describe('fault injection, shared with chat', () => {
   });
 
   test('faults are recorded in the call log', async () => {
-    sim.setFaults('sim-c', { error: 'overloaded', count: 1 });
+    sim().setFaults('sim-c', { error: 'overloaded', count: 1 });
     await postMessages(body(), { provider: 'sim-c' });
     await postMessages(body(), { provider: 'sim-c' });
-    expect(sim.calls('sim-c').map((c) => c.fault)).toEqual(['overloaded', null]);
+    expect(
+      sim()
+        .calls('sim-c')
+        .map((c) => c.fault),
+    ).toEqual(['overloaded', null]);
   });
 });

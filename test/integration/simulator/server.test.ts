@@ -3,26 +3,15 @@ import { once } from 'node:events';
 import { Agent, request } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { CallLog, type SimCall } from '#sim/calls.ts';
-import { type Simulator, startSimulator } from '#sim/server.ts';
+import { startSimulator } from '#sim/server.ts';
 import { isSocketError, postChat, settle, userChat } from './client.ts';
+import { useSimulator } from './use-simulator.ts';
 
 const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
-let sim: Simulator;
-
-beforeAll(async () => {
-  sim = await startSimulator();
-});
-
-afterEach(() => {
-  sim.clearCalls();
-});
-
-afterAll(async () => {
-  await sim.close();
-});
+const sim = useSimulator();
 
 interface RawResponse {
   status: number;
@@ -60,9 +49,9 @@ function rawPost(url: string, body: string, agent: Agent): Promise<RawResponse> 
 
 describe('routing', () => {
   test('serves chat completions at /v1 as provider default and at /p/<provider>/v1 as that provider', async () => {
-    await postChat(sim.url, userChat('a'), { key: 'sk-1' });
-    await postChat(sim.url, userChat('b', { stream: true }), { provider: 'sim-a.v2_x', key: 'sk-2' });
-    const calls = sim.calls();
+    await postChat(sim().url, userChat('a'), { key: 'sk-1' });
+    await postChat(sim().url, userChat('b', { stream: true }), { provider: 'sim-a.v2_x', key: 'sk-2' });
+    const calls = sim().calls();
     expect(calls).toEqual([
       {
         provider: 'default',
@@ -85,7 +74,7 @@ describe('routing', () => {
         body: userChat('b', { stream: true }),
       },
     ] satisfies SimCall[]);
-    expect(sim.calls('sim-a.v2_x')).toHaveLength(1);
+    expect(sim().calls('sim-a.v2_x')).toHaveLength(1);
   });
 
   test('answers unknown routes with an OpenAI-shaped 404', async () => {
@@ -94,7 +83,7 @@ describe('routing', () => {
       ['GET', '/v1/chat/completions'],
       ['POST', '/p/bad/provider/v1/chat/completions'],
     ] as const) {
-      const response = await fetch(`${sim.url}${path}`, { method });
+      const response = await fetch(`${sim().url}${path}`, { method });
       expect(response.status).toBe(404);
       expect(await response.json()).toEqual({
         error: {
@@ -108,32 +97,32 @@ describe('routing', () => {
   });
 
   test('records a call made without a key, with key null', async () => {
-    const response = await postChat(sim.url, userChat('hi'), { key: null });
+    const response = await postChat(sim().url, userChat('hi'), { key: null });
     expect(response.status).toBe(401);
-    expect(sim.calls().at(-1)).toMatchObject({ key: null, fault: null, model: 'gpt-4o-mini' });
+    expect(sim().calls().at(-1)).toMatchObject({ key: null, fault: null, model: 'gpt-4o-mini' });
   });
 });
 
 describe('the admin API', () => {
   test('GET /_sim/health reports ok', async () => {
-    const response = await fetch(`${sim.url}/_sim/health`);
+    const response = await fetch(`${sim().url}/_sim/health`);
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual({ ok: true });
   });
 
   test('GET /_sim/calls lists calls, optionally for one provider, and DELETE forgets them', async () => {
-    await postChat(sim.url, userChat('a'), { provider: 'one' });
-    await postChat(sim.url, userChat('b'), { provider: 'two' });
-    const all = (await (await fetch(`${sim.url}/_sim/calls`)).json()) as { calls: SimCall[] };
+    await postChat(sim().url, userChat('a'), { provider: 'one' });
+    await postChat(sim().url, userChat('b'), { provider: 'two' });
+    const all = (await (await fetch(`${sim().url}/_sim/calls`)).json()) as { calls: SimCall[] };
     expect(all.calls.map((call) => call.provider)).toEqual(['one', 'two']);
-    const two = (await (await fetch(`${sim.url}/_sim/calls?provider=two`)).json()) as { calls: SimCall[] };
+    const two = (await (await fetch(`${sim().url}/_sim/calls?provider=two`)).json()) as { calls: SimCall[] };
     expect(two.calls.map((call) => call.provider)).toEqual(['two']);
-    expect((await fetch(`${sim.url}/_sim/calls`, { method: 'DELETE' })).status).toBe(200);
-    expect(sim.calls()).toEqual([]);
+    expect((await fetch(`${sim().url}/_sim/calls`, { method: 'DELETE' })).status).toBe(200);
+    expect(sim().calls()).toEqual([]);
   });
 
   test('PUT /_sim/faults rejects a body that is not JSON', async () => {
-    const response = await fetch(`${sim.url}/_sim/faults/x`, { method: 'PUT', body: '{oops' });
+    const response = await fetch(`${sim().url}/_sim/faults/x`, { method: 'PUT', body: '{oops' });
     expect(response.status).toBe(400);
   });
 });
@@ -163,8 +152,8 @@ describe('connections', () => {
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     try {
       const body = JSON.stringify(userChat('reuse'));
-      const first = await rawPost(`${sim.url}/v1/chat/completions`, body, agent);
-      const second = await rawPost(`${sim.url}/v1/chat/completions`, body, agent);
+      const first = await rawPost(`${sim().url}/v1/chat/completions`, body, agent);
+      const second = await rawPost(`${sim().url}/v1/chat/completions`, body, agent);
       expect(first.status).toBe(200);
       expect(first.headers.connection).toBe('keep-alive');
       expect(second.localPort).toBe(first.localPort);

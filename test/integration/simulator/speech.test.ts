@@ -1,33 +1,20 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from 'vitest';
+import { describe, expect, test, vi } from 'vitest';
 import { FFMPEG_PATH_ENV } from '#sim/ffmpeg.ts';
-import { type Simulator, startSimulator } from '#sim/server.ts';
 import { SPEECH_CHUNK_BYTES, SPEECH_CONTENT_TYPES, type SpeechFormat } from '#sim/speech.ts';
 import { decodeAudio } from '#test/audio.ts';
 import { isSocketError, type PostOptions, postJson, readBytes } from './client.ts';
+import { useSimulator } from './use-simulator.ts';
 
 const PATH = '/v1/audio/speech';
 
-let sim: Simulator;
-
-beforeAll(async () => {
-  sim = await startSimulator();
-});
-
-afterEach(() => {
-  sim.resetFaults();
-  sim.clearCalls();
-});
-
-afterAll(async () => {
-  await sim.close();
-});
+const sim = useSimulator();
 
 /** 50 characters: 3 seconds of audio at speed 1. */
 const INPUT = 'The quick brown fox jumps over the lazy dog. Hello';
 
 function speak(body: Record<string, unknown>, options?: PostOptions): Promise<Response> {
-  return postJson(sim.url, PATH, { model: 'tts-1', input: INPUT, voice: 'alloy', ...body }, options);
+  return postJson(sim().url, PATH, { model: 'tts-1', input: INPUT, voice: 'alloy', ...body }, options);
 }
 
 async function speakBytes(body: Record<string, unknown>, options?: PostOptions) {
@@ -191,18 +178,18 @@ describe('streaming', () => {
   });
 
   test('drop_mid truncates an encoded stream as well', async () => {
-    sim.setFaults('tts-a', { error: 'drop_mid', dropAfterChunks: 2 });
+    sim().setFaults('tts-a', { error: 'drop_mid', dropAfterChunks: 2 });
     const response = await speak({ response_format: 'flac', input: 'd'.repeat(300) }, { provider: 'tts-a' });
     expect(response.status).toBe(200);
     const { bytes, error: failure } = await readBytes(response);
     expect(isSocketError(failure)).toBe(true);
     expect(bytes.length).toBeLessThanOrEqual(2 * SPEECH_CHUNK_BYTES);
-    expect(sim.calls('tts-a').at(-1)).toMatchObject({ path: PATH, fault: 'drop_mid' });
+    expect(sim().calls('tts-a').at(-1)).toMatchObject({ path: PATH, fault: 'drop_mid' });
   });
 
   test('a client going away stops the encoder', async () => {
     const response = await postJson(
-      sim.url,
+      sim().url,
       PATH,
       { model: 'tts-1', input: 'e'.repeat(2000), voice: 'alloy', response_format: 'opus' },
       { headers: { 'x-sim-chunk-delay-ms': '50' } },
@@ -216,7 +203,7 @@ describe('streaming', () => {
   });
 
   test('provider faults apply on the /p/<provider> path', async () => {
-    sim.setFaults('tts-a', { error: 'overloaded' });
+    sim().setFaults('tts-a', { error: 'overloaded' });
     expect((await speak({}, { provider: 'tts-a' })).status).toBe(429);
     const ok = await speak({ response_format: 'wav' }, { provider: 'tts-b' });
     expect(ok.status).toBe(200);

@@ -1,28 +1,15 @@
 import { encode } from 'gpt-tokenizer';
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { type Simulator, startSimulator } from '#sim/server.ts';
+import { describe, expect, test } from 'vitest';
 import { INVALID_AUDIO_FILE_ERROR } from '#sim/transcriptions.ts';
 import { encodeAudio, type InputAudioFormat, makeWav } from '#test/audio.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 import { isSocketError, type PostOptions, postForm, postJson, readText } from './client.ts';
+import { useSimulator } from './use-simulator.ts';
 
 const PATH = '/v1/audio/transcriptions';
 const TEXT_PLAIN = 'text/plain; charset=utf-8';
 
-let sim: Simulator;
-
-beforeAll(async () => {
-  sim = await startSimulator();
-});
-
-afterEach(() => {
-  sim.resetFaults();
-  sim.clearCalls();
-});
-
-afterAll(async () => {
-  await sim.close();
-});
+const sim = useSimulator();
 
 /** 7.3 seconds of audio: 18 words (7.3 × 2.5, rounded), billed as 8 seconds. */
 const WAV = makeWav({ durationMs: 7300 });
@@ -51,7 +38,7 @@ function form(upload: Upload | null, fields: Fields = {}): FormData {
 }
 
 function transcribe(fields: Fields = {}, upload: Upload = { bytes: WAV }, options?: PostOptions) {
-  return postForm(sim.url, PATH, form(upload, fields), options);
+  return postForm(sim().url, PATH, form(upload, fields), options);
 }
 
 async function transcribeJson<T>(fields: Fields = {}, upload?: Upload): Promise<T> {
@@ -261,19 +248,19 @@ describe('audio files', () => {
 
 describe('invalid requests', () => {
   test('a JSON body is a 400 asking for multipart/form-data', async () => {
-    const response = await postJson(sim.url, PATH, { model: 'whisper-1', file: 'a.wav' });
+    const response = await postJson(sim().url, PATH, { model: 'whisper-1', file: 'a.wav' });
     expect((await error(response)).message).toContain('multipart/form-data');
   });
 
   test('a missing model or file is a 400', async () => {
     const noModel = new FormData();
     noModel.append('file', new Blob([WAV]), 'a.wav');
-    expect((await error(await postForm(sim.url, PATH, noModel))).message).toBe(
+    expect((await error(await postForm(sim().url, PATH, noModel))).message).toBe(
       'you must provide a model parameter',
     );
-    expect((await error(await postForm(sim.url, PATH, form(null)))).param).toBe('file');
+    expect((await error(await postForm(sim().url, PATH, form(null)))).param).toBe('file');
     const textFile = form(null, { file: 'not a file' });
-    expect((await error(await postForm(sim.url, PATH, textFile))).param).toBe('file');
+    expect((await error(await postForm(sim().url, PATH, textFile))).param).toBe('file');
   });
 
   test.each<[string, Fields]>([
@@ -290,7 +277,7 @@ describe('invalid requests', () => {
       provider: 'stt-log',
     });
     expect(response.status).toBe(200);
-    expect(sim.calls('stt-log')).toEqual([
+    expect(sim().calls('stt-log')).toEqual([
       expect.objectContaining({
         path: PATH,
         model: 'whisper-1',
@@ -338,7 +325,7 @@ describe('faults', () => {
   });
 
   test('a provider fault applies on its /p/<provider> path', async () => {
-    sim.setFaults('stt-a', { error: 'server_error' });
+    sim().setFaults('stt-a', { error: 'server_error' });
     expect((await transcribe({}, undefined, { provider: 'stt-a' })).status).toBe(500);
     expect((await transcribe({}, undefined, { provider: 'stt-b' })).status).toBe(200);
   });
