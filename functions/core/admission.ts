@@ -1,6 +1,11 @@
 import type { AccountingStore, AccountProfile, DimensionUpdate, WalletState } from './accounting.ts';
 import type { Principal } from './authenticator.ts';
-import { InsufficientBalanceError, RateLimitError, ServiceUnavailableError } from './errors.ts';
+import {
+  AuthenticationError,
+  InsufficientBalanceError,
+  RateLimitError,
+  ServiceUnavailableError,
+} from './errors.ts';
 import {
   type BucketState,
   type Charges,
@@ -181,13 +186,8 @@ export class Admission {
         'accounting',
       );
     }
-    // A key whose account is gone is treated like a revoked key would be by an operator: no service.
-    if (!profile)
-      throw new ServiceUnavailableError(
-        'The account behind this key is not available.',
-        undefined,
-        'accounting',
-      );
+    // A key whose account is gone is a revoked key in all but name: 401, the caller's problem, not an outage.
+    if (!profile) throw new AuthenticationError('The account behind this API key no longer exists.');
     return profile;
   }
 

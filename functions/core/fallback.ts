@@ -141,7 +141,9 @@ const record = (
 const exhausted = (attempts: readonly Attempt[], last: UpstreamFailure | null): never => {
   const failed = attempts.filter((a) => a.outcome !== 'ok');
   if (last && failed.length > 0 && failed.every((a) => a.outcome === 'unsupported')) throw rejected(last);
-  if (failed.length > 0 && failed.every((a) => a.outcome !== 'ok' && BUSY.has(a.outcome))) {
+  // Deployments that cannot express the request say nothing about load: the rest decide busy or broken.
+  const tried = failed.filter((a) => a.outcome !== 'unsupported');
+  if (tried.length > 0 && tried.every((a) => BUSY.has(a.outcome as FailureKind))) {
     throw new EngineOverloadedError({ headers: { 'retry-after': '1' }, cause: last });
   }
   throw new UpstreamFaultError(undefined, last);

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { promisify } from 'node:util';
-import { DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
+import { DeleteItemCommand, DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
@@ -86,6 +86,20 @@ describe('API keys through the admin CLI', () => {
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('invalid_api_key');
     const listed = JSON.parse(await admin('keys', 'list', accountId)) as { revokedAt: string | null }[];
     expect(listed[0]?.revokedAt).not.toBeNull();
+  });
+
+  it('answers 401 invalid_api_key for a key whose account is gone (not a 503: no outage to report)', async () => {
+    const { id } = await t.stack.container.accounts.createAccount({ id: `acct_gone_${Date.now()}` });
+    const { key: orphan } = await t.stack.container.accounts.createKey(id);
+    await new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb)).send(
+      new DeleteItemCommand({
+        TableName: t.stack.resources.tables.accounts,
+        Key: { pk: { S: `acct#${id}` }, sk: { S: 'profile' } },
+      }),
+    );
+    const res = await chat(orphan);
+    expect(res.status).toBe(401);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('invalid_api_key');
   });
 
   it.each([

@@ -88,6 +88,9 @@ describe('withFallback', () => {
     const none = await run(() => 'unsupported');
     expect(none.calls).toEqual(['a#0', 'b#0']);
     expect(none.result).toBeInstanceOf(InvalidRequestError);
+    // One cannot express it, the other is busy: the client is told to retry (429), not that we broke (500).
+    const busy = await run((d) => (d.id === 'a' ? 'unsupported' : 'overloaded'));
+    expect(busy.result).toBeInstanceOf(EngineOverloadedError);
   });
 
   it('never makes more than maxAttempts calls', async () => {
