@@ -2,7 +2,7 @@ import type { Admission, AdmissionRequest } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
 import { type Served, withFallback } from './fallback.ts';
-import type { HealthBoard } from './health.ts';
+import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Clock, Random } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
@@ -27,6 +27,8 @@ export interface GatewayDeps {
  */
 export class Gateway {
   readonly #deps: GatewayDeps;
+  /** The half-open probes each call's route claimed, until the call's end settles them. */
+  readonly #probes = new WeakMap<CallRecorder, ReadonlyMap<string, ProbeToken>>();
 
   constructor(deps: GatewayDeps) {
     this.#deps = deps;
@@ -71,7 +73,8 @@ export class Gateway {
   ): Promise<T> {
     const { clock, random, maxAttempts, health } = this.#deps;
     const started = clock.now();
-    const plan = planRoute(resolved.deployments, random, health);
+    const { deployments: plan, probes } = planRoute(resolved.deployments, random, health);
+    if (probes.size > 0) this.#probes.set(call, probes);
     const before = call.attempts.length;
     try {
       const served: Served<T> = await withFallback(
@@ -91,8 +94,12 @@ export class Gateway {
         const attempts = call.attempts.slice(before);
         const served = attempts.find((a) => a.outcome === 'ok')?.deployment;
         for (const a of attempts) {
-          if (a.outcome !== 'ok' && a.deployment !== served) health.record(a.deployment, a.outcome, a.ms);
+          if (a.outcome !== 'ok' && a.deployment !== served)
+            health.record(a.deployment, a.outcome, a.ms, probes.get(a.deployment) ?? null);
         }
+        // A probe whose request ended before its attempt did (the client went away) leaves no verdict.
+        for (const [deployment, probe] of probes)
+          if (!attempts.some((a) => a.deployment === deployment)) health.release(deployment, probe);
       }
     }
   }
@@ -102,6 +109,7 @@ export class Gateway {
     const health = this.#deps.health;
     const served = call.attempts.findLast((a) => a.outcome === 'ok');
     if (!health || !served) return;
-    health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', served.ms);
+    const probe = this.#probes.get(call)?.get(served.deployment) ?? null;
+    health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', served.ms, probe);
   }
 }

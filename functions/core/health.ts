@@ -10,7 +10,9 @@ import type { Clock } from './ports.ts';
  *   more traffic).
  * - **open**: skipped by routing for a cool-down, which doubles (up to `maxCooldownMs`) each time a probe fails.
  * - **half-open**: after the cool-down, one request at a time may probe it (routing puts it first); success
- *   closes the circuit with a fresh window, failure opens it again.
+ *   closes the circuit with a fresh window, failure opens it again. The probe is identified by the token
+ *   `claimProbe` hands out: only an outcome reported with that token settles it, so a straggler (a stream
+ *   that began before the circuit opened, say) can neither close nor reopen the circuit in its place.
  *
  * A closed deployment that fails often or answers slowly is **degraded**: still routed, but after the healthy
  * deployments of its priority.
@@ -36,6 +38,9 @@ export const DEFAULT_HEALTH_POLICY: HealthPolicy = {
 };
 
 export type CircuitState = 'closed' | 'open' | 'half-open';
+
+/** One half-open probe, as handed out by `claimProbe`; the request reports its outcome with it. */
+export type ProbeToken = number;
 
 /** Why a circuit is open: all-overloaded models answer 429 (retry later), anything else 503. */
 export type OpenReason = 'overloaded' | 'failing';
@@ -95,35 +100,61 @@ interface Circuit {
   reason: OpenReason | null;
   openedAt: number;
   cooldownMs: number;
-  /** When the current half-open probe was handed out (null: none in flight). */
-  probeAt: number | null;
+  /** The half-open probe in flight, and when it was handed out (null: none). */
+  probe: { readonly token: ProbeToken; readonly at: number } | null;
 }
 
 export class HealthBoard {
   readonly #policy: HealthPolicy;
   readonly #clock: Clock;
   readonly #circuits = new Map<string, Circuit>();
+  #lastProbe: ProbeToken = 0;
 
   constructor(policy: HealthPolicy, clock: Clock) {
     this.#policy = policy;
     this.#clock = clock;
   }
 
-  /** Records one attempt's outcome (from fallback) or a stream that broke after its first byte. */
-  record(deploymentId: string, outcome: Attempt['outcome'], ms: number): void {
-    if (NEUTRAL.has(outcome)) return;
-    const now = this.#clock.now();
-    const circuit = this.#circuit(deploymentId);
-    const ok = outcome === 'ok';
-    const probing = circuit.state === 'open' && circuit.probeAt !== null;
-    if (probing) {
-      circuit.probeAt = null;
-      if (ok) this.#close(circuit);
-      else this.#open(circuit, BUSY.has(outcome) ? 'overloaded' : 'failing', now, true);
-      if (ok) this.#add(circuit, { at: now, ok, busy: false, ms });
+  /**
+   * Records one attempt's outcome (from fallback) or a stream that broke after its first byte. `probe` is the
+   * token of the half-open probe this attempt was, if it was one.
+   */
+  record(
+    deploymentId: string,
+    outcome: Attempt['outcome'],
+    ms: number,
+    probe: ProbeToken | null = null,
+  ): void {
+    const circuit = this.#circuits.get(deploymentId);
+    if (circuit?.state === 'open') {
+      // Only the probe's own outcome counts; anything else is a straggler from before the circuit opened.
+      if (probe === null || circuit.probe?.token !== probe) return;
+      circuit.probe = null;
+      // A probe the upstream could not judge (the request itself was refused) leaves the next request to probe.
+      if (NEUTRAL.has(outcome)) return;
+      const now = this.#clock.now();
+      if (outcome !== 'ok') {
+        this.#open(circuit, BUSY.has(outcome) ? 'overloaded' : 'failing', now, true);
+        return;
+      }
+      this.#close(circuit);
+      this.#add(circuit, { at: now, ok: true, busy: false, ms });
       return;
     }
-    if (circuit.state === 'open') return; // a straggler from before the circuit opened
+    if (NEUTRAL.has(outcome)) return;
+    this.#recordWhileClosed(this.#circuit(deploymentId), outcome, ms);
+  }
+
+  /** A probe that ended without any outcome (its request went away first): the next request may probe. */
+  release(deploymentId: string, probe: ProbeToken): void {
+    const circuit = this.#circuits.get(deploymentId);
+    if (circuit?.probe?.token === probe) circuit.probe = null;
+  }
+
+  /** A closed circuit learns from every outcome and opens on too many failures or a run of overloads. */
+  #recordWhileClosed(circuit: Circuit, outcome: Attempt['outcome'], ms: number): void {
+    const now = this.#clock.now();
+    const ok = outcome === 'ok';
     this.#add(circuit, { at: now, ok, busy: BUSY.has(outcome), ms });
     circuit.overloadRun = BUSY.has(outcome) ? circuit.overloadRun + 1 : 0;
     if (circuit.overloadRun >= this.#policy.overloadRun) {
@@ -149,16 +180,17 @@ export class HealthBoard {
   }
 
   /**
-   * Claims the half-open probe for one request. Only one probe is in flight at a time; a probe that never
-   * reported back (its request died) is given up after a cool-down.
+   * Claims the half-open probe for one request: its token, or null when the deployment is not half-open or
+   * its probe is taken. Only one probe is in flight at a time; one that never reported back (its request
+   * died without a word) is given up after a cool-down, and its token then settles nothing.
    */
-  claimProbe(deploymentId: string): boolean {
-    if (this.state(deploymentId) !== 'half-open') return false;
+  claimProbe(deploymentId: string): ProbeToken | null {
+    if (this.state(deploymentId) !== 'half-open') return null;
     const circuit = this.#circuit(deploymentId);
     const now = this.#clock.now();
-    if (circuit.probeAt !== null && now - circuit.probeAt < circuit.cooldownMs) return false;
-    circuit.probeAt = now;
-    return true;
+    if (circuit.probe !== null && now - circuit.probe.at < circuit.cooldownMs) return null;
+    circuit.probe = { token: ++this.#lastProbe, at: now };
+    return circuit.probe.token;
   }
 
   /** Closed, but failing more than a little or much slower than the model's fastest deployment. */
@@ -208,7 +240,7 @@ export class HealthBoard {
         reason: null,
         openedAt: 0,
         cooldownMs: this.#policy.cooldownMs,
-        probeAt: null,
+        probe: null,
       };
       this.#circuits.set(deploymentId, circuit);
     }
@@ -258,7 +290,7 @@ export class HealthBoard {
     circuit.state = 'open';
     circuit.reason = reason;
     circuit.openedAt = now;
-    circuit.probeAt = null;
+    circuit.probe = null;
     circuit.overloadRun = 0;
   }
 

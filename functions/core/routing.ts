@@ -1,7 +1,16 @@
 import { EngineOverloadedError, ServiceUnavailableError } from './errors.ts';
-import type { HealthBoard } from './health.ts';
+import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Random } from './ports.ts';
 import type { Deployment } from './registry.ts';
+
+/** A request's route: the deployments in the order to try them, and the half-open probes it claimed. */
+export interface RoutePlan {
+  readonly deployments: readonly Deployment[];
+  /** Deployment id → the probe token to report that deployment's outcome with. */
+  readonly probes: ReadonlyMap<string, ProbeToken>;
+}
+
+const NO_PROBES: ReadonlyMap<string, ProbeToken> = new Map();
 
 /**
  * The order in which a request tries a model's deployments:
@@ -15,9 +24,10 @@ export const planRoute = (
   deployments: readonly Deployment[],
   random: Random,
   health?: HealthBoard,
-): Deployment[] => {
-  if (!health) return byPriority(deployments, random);
-  const probes: Deployment[] = [];
+): RoutePlan => {
+  if (!health) return { deployments: byPriority(deployments, random), probes: NO_PROBES };
+  const probing: Deployment[] = [];
+  const probes = new Map<string, ProbeToken>();
   const healthy: Deployment[] = [];
   const degraded: Deployment[] = [];
   let fastest: number | null = null;
@@ -28,13 +38,16 @@ export const planRoute = (
   for (const d of deployments) {
     const state = health.state(d.id);
     if (state === 'half-open') {
-      if (health.claimProbe(d.id)) probes.push(d);
+      const probe = health.claimProbe(d.id);
+      if (probe === null) continue;
+      probing.push(d);
+      probes.set(d.id, probe);
     } else if (state === 'closed') {
       (health.degraded(d.id, fastest) ? degraded : healthy).push(d);
     }
   }
-  const plan = [...probes, ...byPriority(healthy, random), ...byPriority(degraded, random)];
-  if (plan.length > 0) return plan;
+  const plan = [...probing, ...byPriority(healthy, random), ...byPriority(degraded, random)];
+  if (plan.length > 0) return { deployments: plan, probes };
   const model = deployments[0]?.model ?? 'this model';
   if (deployments.length > 0 && deployments.every((d) => health.reason(d.id) === 'overloaded')) {
     throw new EngineOverloadedError({ headers: { 'retry-after': '1' } });

@@ -77,12 +77,13 @@ describe('HealthBoard circuit', () => {
     for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
     advance(POLICY.cooldownMs - 1);
     expect(board.state('a')).toBe('open');
-    expect(board.claimProbe('a')).toBe(false);
+    expect(board.claimProbe('a')).toBeNull();
     advance(1);
     expect(board.state('a')).toBe('half-open');
-    expect(board.claimProbe('a')).toBe(true);
-    expect(board.claimProbe('a')).toBe(false); // one in flight
-    board.record('a', 'ok', 3);
+    const probe = board.claimProbe('a');
+    expect(probe).not.toBeNull();
+    expect(board.claimProbe('a')).toBeNull(); // one in flight
+    board.record('a', 'ok', 3, probe);
     expect(board.state('a')).toBe('closed');
     expect(board.view('a').failures).toBe(0); // a fresh window
   });
@@ -98,8 +99,9 @@ describe('HealthBoard circuit', () => {
         waited += 1000;
       }
       cooldowns.push(waited);
-      expect(board.claimProbe('a')).toBe(true);
-      board.record('a', 'server_error', 1);
+      const probe = board.claimProbe('a');
+      expect(probe).not.toBeNull();
+      board.record('a', 'server_error', 1, probe);
     }
     expect(cooldowns).toEqual([10_000, 20_000, 40_000, 40_000]);
   });
@@ -108,11 +110,52 @@ describe('HealthBoard circuit', () => {
     const { board, advance } = setup();
     for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
     advance(POLICY.cooldownMs);
-    expect(board.claimProbe('a')).toBe(true);
+    const lost = board.claimProbe('a');
+    expect(lost).not.toBeNull();
     advance(POLICY.cooldownMs - 1);
-    expect(board.claimProbe('a')).toBe(false);
+    expect(board.claimProbe('a')).toBeNull();
     advance(1);
-    expect(board.claimProbe('a')).toBe(true);
+    const next = board.claimProbe('a');
+    expect(next).not.toBeNull();
+    // The lost probe's late word settles nothing: the circuit waits for its successor's.
+    board.record('a', 'ok', 1, lost);
+    expect(board.state('a')).toBe('half-open');
+    board.record('a', 'ok', 1, next);
+    expect(board.state('a')).toBe('closed');
+  });
+
+  it('lets only the probe settle a half-open circuit: stragglers from before it opened change nothing', () => {
+    const { board, advance } = setup();
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    advance(POLICY.cooldownMs);
+    const probe = board.claimProbe('a');
+    // A stream that started before the circuit opened ends now, well or badly: not the probe's verdict.
+    board.record('a', 'ok', 1);
+    board.record('a', 'dropped', 1);
+    expect(board.state('a')).toBe('half-open');
+    expect(board.claimProbe('a')).toBeNull(); // the probe is still out
+    board.record('a', 'server_error', 1, probe);
+    expect(board.state('a')).toBe('open');
+    advance(POLICY.cooldownMs * 2 - 1); // a failed probe doubled the cool-down
+    expect(board.state('a')).toBe('open');
+  });
+
+  it('frees the probe for the next request when it says nothing about the upstream, or never ran', () => {
+    const { board, advance } = setup();
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    advance(POLICY.cooldownMs);
+    const refused = board.claimProbe('a');
+    board.record('a', 'rejected', 1, refused); // the request itself was refused (a 400 upstream)
+    expect(board.state('a')).toBe('half-open'); // no verdict, cool-down unchanged
+    const gone = board.claimProbe('a');
+    expect(gone).not.toBeNull();
+    board.release('a', gone as number); // the client left before the attempt ended
+    const third = board.claimProbe('a');
+    expect(third).not.toBeNull();
+    board.release('a', gone as number); // a stale release does not free the current probe
+    expect(board.claimProbe('a')).toBeNull();
+    board.record('a', 'ok', 1, third);
+    expect(board.state('a')).toBe('closed');
   });
 
   it('marks a closed deployment degraded when it fails a fifth of its calls or is much slower', () => {
@@ -135,22 +178,28 @@ describe('planRoute with health', () => {
   it('skips open circuits and keeps priority among the rest', () => {
     const { board } = setup();
     for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
-    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['b', 'c']);
+    expect(planRoute([a, b, c], Math.random, board).deployments.map((d) => d.id)).toEqual(['b', 'c']);
   });
 
   it('tries a half-open deployment first, as its probe, and only one request gets it', () => {
     const { board, advance } = setup();
     for (let i = 0; i < 3; i++) board.record('b', 'overloaded', 1);
     advance(POLICY.cooldownMs);
-    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['b', 'a', 'c']);
-    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['a', 'c']);
+    const probing = planRoute([a, b, c], Math.random, board);
+    expect(probing.deployments.map((d) => d.id)).toEqual(['b', 'a', 'c']);
+    expect([...probing.probes.keys()]).toEqual(['b']);
+    const next = planRoute([a, b, c], Math.random, board);
+    expect(next.deployments.map((d) => d.id)).toEqual(['a', 'c']);
+    expect(next.probes.size).toBe(0);
+    board.record('b', 'ok', 1, probing.probes.get('b'));
+    expect(board.state('b')).toBe('closed');
   });
 
   it('puts degraded deployments after healthy ones of any priority', () => {
     const { board } = setup();
     for (let i = 0; i < 4; i++) board.record('a', 'ok', 10);
     board.record('a', 'server_error', 10);
-    expect(planRoute([a, b, c], Math.random, board).map((d) => d.id)).toEqual(['b', 'c', 'a']);
+    expect(planRoute([a, b, c], Math.random, board).deployments.map((d) => d.id)).toEqual(['b', 'c', 'a']);
   });
 
   it('throws 429 engine_overloaded when every circuit opened on overloads, else 503', () => {

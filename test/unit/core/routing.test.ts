@@ -17,7 +17,7 @@ describe('planRoute', () => {
         deployment({ id: 'b', priority: 2 }),
       ],
       Math.random,
-    );
+    ).deployments;
     expect(plan.map((d) => d.id)).toEqual(['a', 'b', 'c']);
   });
 
@@ -26,7 +26,7 @@ describe('planRoute', () => {
     const random = seeded(42);
     const firsts = { heavy: 0, light: 0 };
     for (let i = 0; i < 4000; i++) {
-      const plan = planRoute(group, random);
+      const plan = planRoute(group, random).deployments;
       expect(plan).toHaveLength(2);
       firsts[plan[0]?.id as 'heavy' | 'light']++;
     }
@@ -36,6 +36,6 @@ describe('planRoute', () => {
 
   it('never puts a zero-weight deployment first while another can serve', () => {
     const group = [deployment({ id: 'off', weight: 0 }), deployment({ id: 'on', weight: 1 })];
-    for (let i = 0; i < 100; i++) expect(planRoute(group, Math.random)[0]?.id).toBe('on');
+    for (let i = 0; i < 100; i++) expect(planRoute(group, Math.random).deployments[0]?.id).toBe('on');
   });
 });

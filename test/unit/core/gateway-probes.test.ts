@@ -1,0 +1,111 @@
+import { describe, expect, it } from 'vitest';
+import type { Authenticator } from '#core/authenticator.ts';
+import { CallRecorder } from '#core/call-recorder.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
+import { Gateway } from '#core/gateway.ts';
+import { HealthBoard, type HealthPolicy } from '#core/health.ts';
+import type { Catalog } from '#core/registry.ts';
+import { chatModel, deployment, manualClock } from '#test/fixtures.ts';
+
+const POLICY: HealthPolicy = {
+  windowMs: 60_000,
+  minCalls: 4,
+  failureRate: 0.5,
+  overloadRun: 3,
+  cooldownMs: 10_000,
+  maxCooldownMs: 40_000,
+};
+
+/**
+ * How a routed call reports a half-open probe back to deployment health: the gateway carries the probe's
+ * token from routing to the attempt's outcome and to the call's end.
+ */
+const setup = () => {
+  const clock = manualClock();
+  const health = new HealthBoard(POLICY, clock);
+  const gateway = new Gateway({
+    authenticator: {} as Authenticator,
+    admission: null,
+    catalog: async () => ({}) as Catalog,
+    clock,
+    random: () => 0,
+    maxAttempts: 3,
+    health,
+  });
+  const resolved = {
+    model: chatModel(),
+    deployments: [deployment({ id: 'a', priority: 1 }), deployment({ id: 'b', priority: 2 })],
+  };
+  // 'a' opens on overloads and is half-open once the cool-down has passed.
+  for (let i = 0; i < POLICY.overloadRun; i++) health.record('a', 'overloaded', 1);
+  clock.advance(POLICY.cooldownMs);
+  const call = () => new CallRecorder('chat.completions', 'req_test', clock);
+  return { health, gateway, resolved, call };
+};
+
+describe('Gateway and half-open probes', () => {
+  it('closes the circuit when the probing call ends well, not when its first byte arrives', async () => {
+    const { health, gateway, resolved, call } = setup();
+    const probing = call();
+    const served = await gateway.route(resolved, probing, true, async (d) => d.id);
+    expect(served).toBe('a');
+    expect(health.state('a')).toBe('half-open'); // a stream could still break
+    gateway.observeEnd(probing, 'ok');
+    expect(health.state('a')).toBe('closed');
+  });
+
+  it('reopens the circuit when the probing stream breaks mid-way', async () => {
+    const { health, gateway, resolved, call } = setup();
+    const probing = call();
+    await gateway.route(resolved, probing, false, async (d) => d.id);
+    gateway.observeEnd(probing, 'stream_interrupted');
+    expect(health.state('a')).toBe('open');
+  });
+
+  it('reopens the circuit when the probe fails and the call falls back', async () => {
+    const { health, gateway, resolved, call } = setup();
+    const probing = call();
+    const served = await gateway.route(resolved, probing, false, async (d) => {
+      if (d.id === 'a') throw new UpstreamFailure('server_error', 'upstream status 500', { status: 500 });
+      return d.id;
+    });
+    expect(served).toBe('b');
+    gateway.observeEnd(probing, 'ok');
+    expect(health.state('a')).toBe('open');
+  });
+
+  it('frees the probe when its call ends before the attempt does (the client went away)', async () => {
+    const { health, gateway, resolved, call } = setup();
+    const aborted = gateway.route(resolved, call(), false, async () => {
+      throw Object.assign(new Error('client disconnected'), { name: 'AbortError' });
+    });
+    await expect(aborted).rejects.toThrow('client disconnected');
+    // Without the release, the next probe would wait a whole cool-down for a verdict that never comes.
+    expect(health.state('a')).toBe('half-open');
+    expect(health.claimProbe('a')).not.toBeNull();
+  });
+
+  it('does not let another call settle the probe: a straggler ending on the deployment changes nothing', async () => {
+    const { health, gateway, resolved, call } = setup();
+    const probing = call();
+    await gateway.route(resolved, probing, false, async (d) => d.id);
+    // A second call, routed while the probe is out, skips 'a' …
+    const other = call();
+    expect(await gateway.route(resolved, other, false, async (d) => d.id)).toBe('b');
+    // … and a call that had been served by 'a' before its circuit opened ends now, broken.
+    const straggler = call();
+    straggler.attempts.push({
+      deployment: 'a',
+      provider: 'p1',
+      keyIndex: 0,
+      outcome: 'ok',
+      status: null,
+      ms: 1,
+      detail: null,
+    });
+    gateway.observeEnd(straggler, 'stream_interrupted');
+    expect(health.state('a')).toBe('half-open');
+    gateway.observeEnd(probing, 'ok');
+    expect(health.state('a')).toBe('closed');
+  });
+});
