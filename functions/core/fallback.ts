@@ -68,7 +68,10 @@ export interface Attempt {
 export interface FallbackOptions {
   /** Spec §7: on non-stream calls the deployment's upstream keys are cycled on an upstream fault. */
   readonly cycleKeys: boolean;
-  /** Bound on upstream calls per request, so a bad day cannot multiply latency without limit. */
+  /**
+   * Bound on upstream calls per request, so a bad day cannot multiply latency without limit. A deployment
+   * that cannot express the request (`unsupported`) made no call and does not count.
+   */
   readonly maxAttempts: number;
   readonly clock: Clock;
   /** Picks the key a request starts on, so load spreads over a deployment's keys. */
@@ -93,13 +96,14 @@ export const withFallback = async <T>(
   call: (deployment: Deployment, keyIndex: number) => Promise<T>,
 ): Promise<Served<T>> => {
   const { attempts, clock } = options;
+  let upstreamCalls = countUpstreamCalls(attempts);
   let lastFailure: UpstreamFailure | null = null;
   for (const deployment of plan) {
     const keys = Math.max(1, deployment.keyRefs.length);
     const start = Math.floor(options.random() * keys);
     const tries = options.cycleKeys ? keys : 1;
     for (let k = 0; k < tries; k++) {
-      if (attempts.length >= options.maxAttempts) return exhausted(attempts, lastFailure);
+      if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure);
       const keyIndex = (start + k) % keys;
       const started = clock.now();
       try {
@@ -109,6 +113,7 @@ export const withFallback = async <T>(
       } catch (error) {
         if (!(error instanceof UpstreamFailure)) throw error;
         lastFailure = error;
+        if (error.kind !== 'unsupported') upstreamCalls++;
         attempts.push(
           record(deployment, keyIndex, error.kind, error.status, clock.now() - started, error.message),
         );
@@ -119,6 +124,13 @@ export const withFallback = async <T>(
     }
   }
   return exhausted(attempts, lastFailure);
+};
+
+/** Attempts that reached an upstream: all but those a deployment's protocol could not express. */
+export const countUpstreamCalls = (attempts: readonly Attempt[]): number => {
+  let calls = 0;
+  for (const a of attempts) if (a.outcome !== 'unsupported') calls++;
+  return calls;
 };
 
 const record = (

@@ -1,5 +1,6 @@
 import { CallRecorder } from '#core/call-recorder.ts';
 import { ApiError } from '#core/errors.ts';
+import { countUpstreamCalls } from '#core/fallback.ts';
 import type { Endpoint } from '#core/settlement.ts';
 import type { Container } from '#functions/container.ts';
 import { afterResponse } from './after-response.ts';
@@ -47,13 +48,13 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
     () => container().log,
   );
 
-/** Which deployment served the call, after how many attempts (ARCHITECTURE.md §8). */
+/** Which deployment served the call, after how many upstream calls (ARCHITECTURE.md §8). */
 const servedBy = (call: CallRecorder): Record<string, string> =>
   call.deployment
     ? {
         'x-svc-provider': call.deployment.provider,
         'x-svc-served-model': call.deployment.upstreamModel,
-        'x-svc-attempts': String(call.attempts.length),
+        'x-svc-attempts': String(countUpstreamCalls(call.attempts)),
       }
     : {};
 

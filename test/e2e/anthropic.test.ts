@@ -180,10 +180,15 @@ describe('a chat model served by an anthropic deployment', () => {
   });
 
   it('serves n > 1 from a deployment that can, without calling the Anthropic one', async () => {
-    const completion = await t.openai().chat.completions.create({ model: MODEL, messages, n: 2 });
+    const { data: completion, response } = await t
+      .openai()
+      .chat.completions.create({ model: MODEL, messages, n: 2 })
+      .withResponse();
     expect(completion.choices).toHaveLength(2);
     expect(t.simulator.calls('sim-c')).toHaveLength(0);
     expect(t.simulator.calls('sim-a')).toHaveLength(1);
+    // The deployment that could not express it made no upstream call, so none is counted.
+    expect(response.headers.get('x-svc-attempts')).toBe('1');
   });
 
   it('refuses n > 1 with a 400 naming n when only Anthropic deployments serve the model', async () => {

@@ -98,4 +98,11 @@ describe('withFallback', () => {
     expect(calls).toHaveLength(2);
     expect(result).toBeInstanceOf(UpstreamFaultError);
   });
+
+  it('does not count a deployment that could not express the request against maxAttempts', async () => {
+    // 'a' cannot express it (no call made); with one attempt allowed, 'b' still gets it.
+    const { calls, result } = await run((d) => (d.id === 'a' ? 'unsupported' : 'ok'), { maxAttempts: 1 });
+    expect(calls).toEqual(['a#0', 'b#0']);
+    expect(result).toMatchObject({ deployment: b });
+  });
 });
