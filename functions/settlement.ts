@@ -3,7 +3,7 @@ import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { faultyAsyncStream } from 'aws-lambda-stream/utils/faults';
 import { toPromise } from 'aws-lambda-stream/utils/handler';
 import _ from 'highland';
-import { parseSettlementRecord } from '#adapters/settlement-codec.ts';
+import { parseSettlementMessage } from '#adapters/settlement-codec.ts';
 import { planSettlement } from '#core/settlement.ts';
 import { type Container, containerFromEnv } from './container.ts';
 
@@ -16,10 +16,12 @@ interface Fault extends Error {
 }
 
 /**
- * The settlement consumer (SQS, `ReportBatchItemFailures`). Each message is one transaction (see
- * DynamoAccounting.settle). A message that fails — poison or a store fault — is reported in
- * `batchItemFailures`, stays on the queue, is retried after the visibility timeout, and after five receives
- * goes to the dead-letter queue. Everything else in the batch is acknowledged.
+ * The settlement consumer (SQS, `ReportBatchItemFailures`). Each record is one transaction (see
+ * DynamoAccounting.settle); a message carries one record or several (settlement-codec.ts). A message that
+ * fails — poison, or a store fault on any of its records — is reported in `batchItemFailures`, stays on the
+ * queue, is retried after the visibility timeout, and after five receives goes to the dead-letter queue. Its
+ * other records are settled anyway: on a retry they are duplicates, which settle nothing twice. Everything
+ * else in the batch is acknowledged.
  *
  * Built with aws-lambda-stream's fault tagging over a highland stream, without its default fault handler:
  * that one publishes faults to EventBridge and acknowledges the message, which would lose the settlement.
@@ -29,10 +31,18 @@ export const createHandler = (container: () => Container) =>
     const c = container();
     const failures = new Set<string>();
     const settle = async (unit: Unit) => {
-      const record = parseSettlementRecord(unit.record.body);
-      const outcome = await c.accounting.settle(planSettlement(record));
-      if (outcome === 'duplicate') c.log.info('settlement already applied', { settlementId: record.id });
-      return outcome;
+      const { records, invalid } = parseSettlementMessage(unit.record.body);
+      let failure: unknown =
+        invalid > 0 ? new Error(`${invalid} entries of the message are not settlement records`) : null;
+      for (const record of records) {
+        try {
+          const outcome = await c.accounting.settle(planSettlement(record));
+          if (outcome === 'duplicate') c.log.info('settlement already applied', { settlementId: record.id });
+        } catch (error) {
+          failure ??= error;
+        }
+      }
+      if (failure !== null) throw failure;
     };
     await toPromise(
       _<Unit>(event.Records.map((record) => ({ record })))

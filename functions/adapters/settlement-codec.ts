@@ -72,5 +72,37 @@ export const settlementRecordSchema = z.object({
   }),
 });
 
-export const parseSettlementRecord = (body: string): SettlementRecord =>
-  settlementRecordSchema.parse(JSON.parse(body)) as SettlementRecord;
+/**
+ * One queue message carries one record (a JSON object) or several that shared it (a JSON array of them): a
+ * sender serving many invocations at once packs what it has into as few messages as it can (SqsSettlementSink),
+ * which divides SQS's per-message work — and its bill — by the number of records per message.
+ */
+export const encodeSettlementMessage = (records: readonly string[]): string =>
+  records.length === 1 ? (records[0] as string) : `[${records.join(',')}]`;
+
+/** Length of `encodeSettlementMessage` of records whose encodings add up to `bytes` (for size limits). */
+export const settlementMessageLength = (bytes: number, records: number): number =>
+  records <= 1 ? bytes : bytes + records + 1;
+
+export interface SettlementMessage {
+  readonly records: readonly SettlementRecord[];
+  /** Entries of the message that are not settlement records (poison). */
+  readonly invalid: number;
+}
+
+/**
+ * Reads a message's records. A body that is not JSON throws (the whole message is poison); entries that do
+ * not parse are counted rather than thrown, so the good records beside them can still be settled.
+ */
+export const parseSettlementMessage = (body: string): SettlementMessage => {
+  const json: unknown = JSON.parse(body);
+  const entries: unknown[] = Array.isArray(json) ? json : [json];
+  const records: SettlementRecord[] = [];
+  let invalid = entries.length === 0 ? 1 : 0;
+  for (const entry of entries) {
+    const parsed = settlementRecordSchema.safeParse(entry);
+    if (parsed.success) records.push(parsed.data as SettlementRecord);
+    else invalid++;
+  }
+  return { records, invalid };
+};

@@ -5,13 +5,15 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { SettlementSink } from '#core/ports.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
+import { encodeSettlementMessage, settlementMessageLength } from './settlement-codec.ts';
 
 export interface SqsSettlementSinkOptions {
   /**
    * How long a record may wait for others to share its SendMessageBatch call. 0 batches only records produced
    * in the same event-loop turn (right for classic Lambda, where an instance runs one invocation at a time);
    * a few milliseconds lets a process serving many invocations at once (the local host, multi-concurrency
-   * runtimes) amortise the SDK's per-call cost — signing, middleware, a round trip — over up to 10 records.
+   * runtimes) amortise the SDK's per-call cost — signing, middleware, a round trip — and SQS's per-message
+   * cost over every record that arrives meanwhile.
    * It delays only the invocation's end, never the client's response.
    */
   readonly lingerMs: number;
@@ -27,13 +29,19 @@ interface Pending {
   reject(error: unknown): void;
 }
 
-/** SQS caps a batch at 10 entries and 256 KiB in total. */
+/** SQS caps a call at 10 entries and 256 KiB in total. */
 const MAX_ENTRIES = 10;
 const MAX_BATCH_BYTES = 256 * 1024;
+/** SQS bills a message per 64 KiB: records share a message up to that size. */
+const MAX_MESSAGE_BYTES = 64 * 1024;
+
+/** The records one queue message carries. */
+type Message = readonly Pending[];
 
 /**
- * Sends settlement records to the queue in batches. `send` resolves once SQS has accepted the record,
- * so an invocation never ends with its settlement still in memory.
+ * Sends settlement records to the queue, as few messages and calls as the records waiting allow: records that
+ * are ready together share a message (settlement-codec.ts), messages share a SendMessageBatch call. `send`
+ * resolves once SQS has accepted the record, so an invocation never ends with its settlement still in memory.
  */
 export class SqsSettlementSink implements SettlementSink {
   readonly #client: SQSClient;
@@ -58,10 +66,10 @@ export class SqsSettlementSink implements SettlementSink {
   }
 
   #enqueue(pending: Pending): void {
-    if (this.#bytes + pending.body.length > MAX_BATCH_BYTES) this.#flush();
     this.#queue.push(pending);
-    this.#bytes += pending.body.length;
-    if (this.#queue.length >= MAX_ENTRIES) this.#flush();
+    this.#bytes += pending.body.length + 1;
+    // A full call's worth goes at once; less waits for the linger time (or the end of this turn).
+    if (this.#bytes >= MAX_BATCH_BYTES) this.#flush();
     else if (this.#timer === null) {
       this.#timer =
         this.#lingerMs > 0
@@ -76,34 +84,85 @@ export class SqsSettlementSink implements SettlementSink {
       clearImmediate(this.#timer as NodeJS.Immediate);
       this.#timer = null;
     }
-    const batch = this.#queue;
-    if (batch.length === 0) return;
+    const waiting = this.#queue;
     this.#queue = [];
     this.#bytes = 0;
-    this.#sendBatch(batch).catch((error: unknown) => {
-      for (const pending of batch) pending.reject(error);
-    });
+    for (const call of calls(messages(waiting))) {
+      this.#sendBatch(call).catch((error: unknown) => {
+        for (const message of call) for (const pending of message) pending.reject(error);
+      });
+    }
   }
 
-  async #sendBatch(batch: Pending[]): Promise<void> {
-    const entries: SendMessageBatchRequestEntry[] = batch.map((pending, i) => ({
+  async #sendBatch(call: readonly Message[]): Promise<void> {
+    const entries: SendMessageBatchRequestEntry[] = call.map((message, i) => ({
       Id: String(i),
-      MessageBody: pending.body,
-      MessageAttributes: { settlementId: { DataType: 'String', StringValue: pending.record.id } },
+      MessageBody: encodeSettlementMessage(message.map((pending) => pending.body)),
     }));
     const result = await this.#client.send(
       new SendMessageBatchCommand({ QueueUrl: this.#queueUrl, Entries: entries }),
     );
     const failed = new Map((result.Failed ?? []).map((f) => [f.Id, f]));
-    batch.forEach((pending, i) => {
+    call.forEach((message, i) => {
       const failure = failed.get(String(i));
-      if (!failure) pending.resolve();
-      // Sender faults (bad entry) will not improve on retry; throttling and server faults may.
-      else if (failure.SenderFault || ++pending.attempts >= this.#maxAttempts) {
-        pending.reject(
-          new Error(`SQS refused settlement ${pending.record.id}: ${failure.Code} ${failure.Message ?? ''}`),
-        );
-      } else this.#enqueue(pending);
+      for (const pending of message) {
+        if (!failure) pending.resolve();
+        // Sender faults (bad entry) will not improve on retry; throttling and server faults may.
+        else if (failure.SenderFault || ++pending.attempts >= this.#maxAttempts) {
+          pending.reject(
+            new Error(
+              `SQS refused settlement ${pending.record.id}: ${failure.Code} ${failure.Message ?? ''}`,
+            ),
+          );
+        } else this.#enqueue(pending);
+      }
     });
   }
 }
+
+/** Packs records, in order, into messages of at most MAX_MESSAGE_BYTES (a larger record goes alone). */
+const messages = (waiting: readonly Pending[]): Message[] => {
+  const packed: Pending[][] = [];
+  let current: Pending[] = [];
+  let bytes = 0;
+  for (const pending of waiting) {
+    const length = pending.body.length;
+    if (
+      current.length > 0 &&
+      settlementMessageLength(bytes + length, current.length + 1) > MAX_MESSAGE_BYTES
+    ) {
+      packed.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(pending);
+    bytes += length;
+  }
+  if (current.length > 0) packed.push(current);
+  return packed;
+};
+
+/** Groups messages into SendMessageBatch calls within SQS's entry and size caps. */
+const calls = (all: readonly Message[]): Message[][] => {
+  const grouped: Message[][] = [];
+  let current: Message[] = [];
+  let bytes = 0;
+  for (const message of all) {
+    const length = messageLength(message);
+    if (current.length > 0 && (current.length >= MAX_ENTRIES || bytes + length > MAX_BATCH_BYTES)) {
+      grouped.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(message);
+    bytes += length;
+  }
+  if (current.length > 0) grouped.push(current);
+  return grouped;
+};
+
+const messageLength = (message: Message): number =>
+  settlementMessageLength(
+    message.reduce((sum, pending) => sum + pending.body.length, 0),
+    message.length,
+  );

@@ -161,6 +161,62 @@ describe('exactly-once settlement over SQS', () => {
     expect(after.balance).toBe(ledgerBalance(after.ledger));
   });
 
+  it('settles every record of a message that carries several, each once, however often it is delivered', async () => {
+    await drainSettlements(t.stack);
+    for (let i = 0; i < 3; i++) expect((await chat(t)).status).toBe(200);
+    const records = await takeSettlements(t.stack, 3);
+    expect(records).toHaveLength(3);
+    const sqs = new SQSClient(localClientConfig(t.stack.emulators.sqs));
+    const accounting = t.stack.container.accounting;
+    const before = await accounting.report('acct_demo');
+    for (const record of records)
+      expect(before.holds.some((h) => h.requestId === record.requestId)).toBe(true);
+    // The way a busy sender packs them (settlement-codec.ts), sent twice as a retrying sender would.
+    const body = `[${records.map((r) => JSON.stringify(r)).join(',')}]`;
+    for (let i = 0; i < 2; i++)
+      await sqs.send(
+        new SendMessageCommand({ QueueUrl: t.stack.resources.settlementQueueUrl, MessageBody: body }),
+      );
+    const stop = startPoller({
+      sqs,
+      queueUrl: t.stack.resources.settlementQueueUrl,
+      queueArn: t.stack.resources.settlementQueueArn,
+      handler: createHandler(() => t.stack.container),
+    });
+    try {
+      await until(
+        async () => {
+          const { Attributes = {} } = await sqs.send(
+            new GetQueueAttributesCommand({
+              QueueUrl: t.stack.resources.settlementQueueUrl,
+              AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+            }),
+          );
+          return (
+            Number(Attributes.ApproximateNumberOfMessages) +
+              Number(Attributes.ApproximateNumberOfMessagesNotVisible) ===
+            0
+          );
+        },
+        15_000,
+        'both deliveries to be consumed',
+      );
+    } finally {
+      await stop();
+      sqs.destroy();
+    }
+    const after = await accounting.report('acct_demo');
+    for (const record of records) {
+      expect(after.ledger.filter((e) => e.kind === 'debit' && e.reference === record.requestId)).toHaveLength(
+        1,
+      );
+      expect(after.holds.some((h) => h.requestId === record.requestId)).toBe(false);
+    }
+    const charged = records.reduce((sum, r) => sum + r.cost, 0);
+    expect(after.balance).toBe(before.balance - charged);
+    expect(after.balance).toBe(ledgerBalance(after.ledger));
+  });
+
   it('reports only the failed messages of a batch (ReportBatchItemFailures)', async () => {
     await drainSettlements(t.stack);
     await chat(t);
@@ -196,5 +252,43 @@ describe('exactly-once settlement over SQS', () => {
     expect(
       ledger.filter((e) => e.reference === first?.requestId || e.reference === second?.requestId),
     ).toHaveLength(2);
+  });
+
+  it('fails a shared message with a bad entry, after settling the good records beside it', async () => {
+    await drainSettlements(t.stack);
+    await chat(t);
+    const [good] = await takeSettlements(t.stack, 1);
+    const event: SQSEvent = {
+      Records: [
+        {
+          body: `[${JSON.stringify(good)},{"not":"a settlement"}]`,
+          messageId: 'm-shared',
+          receiptHandle: 'm-shared',
+          attributes: {
+            ApproximateReceiveCount: '1',
+            SentTimestamp: '0',
+            SenderId: 'x',
+            ApproximateFirstReceiveTimestamp: '0',
+          },
+          messageAttributes: {},
+          md5OfBody: '',
+          eventSource: 'aws:sqs',
+          eventSourceARN: t.stack.resources.settlementQueueArn,
+          awsRegion: 'us-east-1',
+        },
+      ],
+    };
+    const handler = createHandler(() => t.stack.container);
+    const context = invocationContext('settlement', 30_000) as Context;
+    // Retried (and in the end dead-lettered) for its bad entry; the good record is not held hostage …
+    expect(await handler(event, context)).toEqual({ batchItemFailures: [{ itemIdentifier: 'm-shared' }] });
+    const debitsOf = async () =>
+      (await t.stack.container.accounting.report('acct_demo')).ledger.filter(
+        (e) => e.kind === 'debit' && e.reference === good?.requestId,
+      );
+    expect(await debitsOf()).toHaveLength(1);
+    // … and each retry finds it already settled.
+    expect(await handler(event, context)).toEqual({ batchItemFailures: [{ itemIdentifier: 'm-shared' }] });
+    expect(await debitsOf()).toHaveLength(1);
   });
 });

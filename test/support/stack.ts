@@ -102,7 +102,10 @@ const receiveSettlements = async (sqs: SQSClient, stack: LocalStack): Promise<Se
       }),
     );
   }
-  return Messages.map((m) => JSON.parse(m.Body ?? '{}') as SettlementRecord);
+  // A message carries one record or, when several were ready together, an array of them.
+  return Messages.flatMap((m) =>
+    [JSON.parse(m.Body ?? '{}') as SettlementRecord | SettlementRecord[]].flat(),
+  );
 };
 
 /** Empties a stack's settlement queue (what previous tests left behind). */

@@ -5,62 +5,100 @@ import type { SettlementRecord } from '#core/settlement.ts';
 
 const record = (id: string) => ({ id }) as unknown as SettlementRecord;
 
-/** An SQS client that records batches and fails the entries `failures` names (by settlement id, once each). */
+/** The settlement ids of one queue message (a record, or an array of records). */
+const idsOf = (body: string): string[] =>
+  [JSON.parse(body) as { id: string } | { id: string }[]].flat().map((r) => r.id);
+
+/**
+ * An SQS client that records each call as its messages' settlement ids, and fails the entries holding a record
+ * `failures` names (by settlement id, once each).
+ */
 const fakeClient = (failures: Record<string, { SenderFault: boolean }> = {}) => {
-  const batches: string[][] = [];
+  const calls: string[][][] = [];
   const client = {
     send: async (command: SendMessageBatchCommand): Promise<SendMessageBatchCommandOutput> => {
       const entries = command.input.Entries ?? [];
-      const ids = entries.map((e) => (JSON.parse(e.MessageBody ?? '{}') as { id: string }).id);
-      batches.push(ids);
+      const messages = entries.map((e) => idsOf(e.MessageBody ?? '{}'));
+      calls.push(messages);
       const Failed = entries.flatMap((e, i) => {
-        const failure = failures[ids[i] as string];
-        if (!failure) return [];
-        delete failures[ids[i] as string];
+        const named = (messages[i] as string[]).find((id) => failures[id]);
+        if (named === undefined) return [];
+        const failure = failures[named] as { SenderFault: boolean };
+        delete failures[named];
         return [{ Id: e.Id as string, SenderFault: failure.SenderFault, Code: 'X' }];
       });
       return { Successful: [], Failed, $metadata: {} };
     },
   } as unknown as SQSClient;
-  return { client, batches };
+  return { client, calls };
 };
 
+const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+
 describe('SqsSettlementSink', () => {
-  it('sends the records of one turn together, in batches of at most 10', async () => {
-    const { client, batches } = fakeClient();
+  it('sends the records of one turn together, in one message of one call', async () => {
+    const { client, calls } = fakeClient();
     const sink = new SqsSettlementSink(client, 'q', { lingerMs: 0 });
-    await Promise.all(Array.from({ length: 13 }, (_, i) => sink.send(record(`r${i}`))));
-    expect(batches.map((b) => b.length)).toEqual([10, 3]);
+    await Promise.all(ids('r', 13).map((id) => sink.send(record(id))));
+    expect(calls).toEqual([[ids('r', 13)]]);
+  });
+
+  it('sends a record alone as the record itself, not wrapped', async () => {
+    const bodies: string[] = [];
+    const client = {
+      send: async (command: SendMessageBatchCommand) => {
+        for (const e of command.input.Entries ?? []) bodies.push(e.MessageBody ?? '');
+        return { Failed: [], $metadata: {} };
+      },
+    } as unknown as SQSClient;
+    await new SqsSettlementSink(client, 'q', { lingerMs: 0 }).send(record('solo'));
+    expect(bodies).toEqual(['{"id":"solo"}']);
+  });
+
+  it('keeps messages within 64 KiB and calls within 10 messages and 256 KiB', async () => {
+    const { client, calls } = fakeClient();
+    const sink = new SqsSettlementSink(client, 'q', { lingerMs: 0 });
+    // ~10 KiB records: six share a message (60 KiB), four messages fill a call's 256 KiB.
+    const big = (id: string) => ({ id, pad: 'x'.repeat(10 * 1024 - 30) }) as unknown as SettlementRecord;
+    await Promise.all(ids('b', 30).map((id) => sink.send(big(id))));
+    const sizes = calls.map((call) => call.map((message) => message.length));
+    expect(sizes.flat().reduce((a, b) => a + b, 0)).toBe(30);
+    for (const call of calls) expect(call.length).toBeLessThanOrEqual(10);
+    expect(sizes.flat().every((n) => n <= 6)).toBe(true);
+    expect(calls.length).toBeGreaterThan(1); // 300 KiB cannot go in one call
+    expect(calls.flat().flat()).toEqual(ids('b', 30)); // in order, each once
   });
 
   it('lets records wait for each other up to the linger time', async () => {
-    const { client, batches } = fakeClient();
+    const { client, calls } = fakeClient();
     const sink = new SqsSettlementSink(client, 'q', { lingerMs: 30 });
     const first = sink.send(record('a'));
     await new Promise((resolve) => setTimeout(resolve, 5));
     await Promise.all([first, sink.send(record('b'))]);
-    expect(batches).toEqual([['a', 'b']]);
+    expect(calls).toEqual([[['a', 'b']]]);
   });
 
-  it('retries an entry SQS failed for its own reasons, and resolves it once accepted', async () => {
-    const { client, batches } = fakeClient({ b: { SenderFault: false } });
+  it('retries a message SQS failed for its own reasons, and resolves its records once accepted', async () => {
+    const { client, calls } = fakeClient({ b: { SenderFault: false } });
     const sink = new SqsSettlementSink(client, 'q', { lingerMs: 0 });
     await Promise.all([sink.send(record('a')), sink.send(record('b'))]);
-    expect(batches).toEqual([['a', 'b'], ['b']]);
+    expect(calls).toEqual([[['a', 'b']], [['a', 'b']]]);
   });
 
-  it('rejects an entry refused as malformed (retrying cannot help), without failing the others', async () => {
-    const { client } = fakeClient({ b: { SenderFault: true } });
+  it('rejects the records of a message refused as malformed (retrying cannot help), not the other messages', async () => {
+    const { client } = fakeClient({ b0: { SenderFault: true } });
     const sink = new SqsSettlementSink(client, 'q', { lingerMs: 0 });
-    const [a, b] = await Promise.allSettled([sink.send(record('a')), sink.send(record('b'))]);
-    expect(a.status).toBe('fulfilled');
-    expect(b).toMatchObject({
+    const big = (id: string) => ({ id, pad: 'x'.repeat(40 * 1024) }) as unknown as SettlementRecord;
+    // 40 KiB each: one per message, so b0's refusal is b0's alone.
+    const [a, b] = await Promise.allSettled([sink.send(big('b0')), sink.send(big('b1'))]);
+    expect(a).toMatchObject({
       status: 'rejected',
-      reason: expect.objectContaining({ message: expect.stringContaining('b') }),
+      reason: expect.objectContaining({ message: expect.stringContaining('b0') }),
     });
+    expect(b.status).toBe('fulfilled');
   });
 
-  it('rejects every record of a batch whose call failed outright', async () => {
+  it('rejects every record of a call that failed outright', async () => {
     const client = { send: async () => Promise.reject(new Error('network down')) } as unknown as SQSClient;
     const sink = new SqsSettlementSink(client, 'q', { lingerMs: 0 });
     await expect(sink.send(record('a'))).rejects.toThrow('network down');
