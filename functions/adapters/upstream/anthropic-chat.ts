@@ -86,6 +86,7 @@ export class AnthropicChat implements ChatProvider {
       contentType: 'application/json',
       accept: body.stream === true ? 'text/event-stream' : 'application/json',
       headersTimeoutMs,
+      ...(body.stream === true ? {} : { wholeBodyLimitBytes: MAX_REPLY_BYTES }),
     });
   }
 }

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import { Agent, type Dispatcher } from 'undici';
 import { type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
 
@@ -12,7 +13,36 @@ export interface PostOptions {
   readonly signal?: AbortSignal;
 }
 
-export type UpstreamResponse = Dispatcher.ResponseData;
+/** What the adapters read a response body with: undici's streaming body, or a body already read whole. */
+export interface UpstreamBody extends AsyncIterable<Buffer> {
+  json(): Promise<unknown>;
+  destroy(): void;
+}
+
+export interface UpstreamResponse {
+  readonly statusCode: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: UpstreamBody;
+}
+
+/** A body read whole before the response was handed over. */
+class WholeBody implements UpstreamBody {
+  readonly #bytes: Buffer;
+
+  constructor(bytes: Buffer) {
+    this.#bytes = bytes;
+  }
+
+  async json(): Promise<unknown> {
+    return JSON.parse(this.#bytes.toString('utf8'));
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<Buffer, void, undefined> {
+    if (this.#bytes.length > 0) yield this.#bytes;
+  }
+
+  destroy(): void {}
+}
 
 /**
  * One keep-alive connection pool per upstream origin (undici's Agent keeps a pool per origin), built once
@@ -45,6 +75,67 @@ export class UpstreamHttp {
     } catch (error) {
       throw transportFailure(error);
     }
+  }
+
+  /**
+   * A request whose response is read whole (non-stream calls), at most `limitBytes` of body: a larger one is a
+   * protocol fault. It resolves once the body is complete — a body cut off mid-way rejects as a drop.
+   *
+   * Built on undici's `dispatch` rather than `request`: per call, `request` builds an async resource and a
+   * Node stream for the body, and under load a share of those outlives the young-generation collections
+   * (measured with --trace-gc-nvp: ~15 % of the gateway's allocation survived a scavenge, against ~1 % through
+   * `dispatch`), which made the scavenge pauses that every in-flight request waits out several times longer.
+   */
+  postWhole(options: PostOptions, limitBytes: number): Promise<UpstreamResponse> {
+    return new Promise((resolve, reject) => {
+      const { signal } = options;
+      let controller: Dispatcher.DispatchController | null = null;
+      const onAbort = () => controller?.abort(abortReason(signal));
+      const settle = () => signal?.removeEventListener('abort', onAbort);
+      const chunks: Buffer[] = [];
+      let size = 0;
+      let statusCode = 0;
+      let headers: IncomingHttpHeaders = {};
+      this.#agent.dispatch(
+        {
+          origin: options.url.origin,
+          path: `${options.url.pathname}${options.url.search}`,
+          method: 'POST',
+          headers: options.headers,
+          body: options.body,
+          headersTimeout: options.headersTimeoutMs,
+          bodyTimeout: options.bodyTimeoutMs,
+        },
+        {
+          onRequestStart: (c) => {
+            controller = c;
+            if (signal?.aborted) c.abort(abortReason(signal));
+            else signal?.addEventListener('abort', onAbort, { once: true });
+          },
+          onResponseStart: (_c, status, responseHeaders) => {
+            statusCode = status;
+            headers = responseHeaders;
+          },
+          onResponseData: (c, chunk) => {
+            size += chunk.length;
+            if (size > limitBytes) {
+              c.abort(new UpstreamFailure('protocol', `upstream body exceeds ${limitBytes} bytes`));
+              return;
+            }
+            chunks.push(chunk);
+          },
+          onResponseEnd: () => {
+            settle();
+            const bytes = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size);
+            resolve({ statusCode, headers, body: new WholeBody(bytes) });
+          },
+          onResponseError: (_c, error) => {
+            settle();
+            reject(transportFailure(error));
+          },
+        },
+      );
+    });
   }
 
   close(): Promise<void> {
@@ -136,3 +227,9 @@ export const readErrorBody = async (response: UpstreamResponse): Promise<Upstrea
     return null;
   }
 };
+
+/** Why a caller's abort ended a request: its reason, as `request` would reject with it. */
+const abortReason = (signal: AbortSignal | undefined): Error =>
+  signal?.reason instanceof Error
+    ? signal.reason
+    : Object.assign(new Error('This operation was aborted'), { name: 'AbortError' });

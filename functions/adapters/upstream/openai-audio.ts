@@ -30,6 +30,7 @@ export class OpenAiCompatibleTranscriptions implements TranscriptionProvider {
       contentType,
       accept: 'application/json, text/plain, */*',
       headersTimeoutMs: this.#http.completionTimeoutMs(call.deployment),
+      wholeBodyLimitBytes: MAX_TRANSCRIPT_BYTES,
     });
     if (response.statusCode !== 200) throw await statusFailure(response);
     return { body: await readAll(response, MAX_TRANSCRIPT_BYTES) };

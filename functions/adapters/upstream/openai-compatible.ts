@@ -73,9 +73,13 @@ export class OpenAiCompatibleChat implements ChatProvider {
       contentType: 'application/json',
       accept: call.body.stream === true ? 'text/event-stream' : 'application/json',
       headersTimeoutMs,
+      ...(call.body.stream === true ? {} : { wholeBodyLimitBytes: MAX_REPLY_BYTES }),
     });
   }
 }
+
+/** Largest non-stream reply read; far above any real completion. */
+const MAX_REPLY_BYTES = 64 * 1024 * 1024;
 
 const isErrorEvent = (data: string): boolean => data.startsWith('{"error"');
 

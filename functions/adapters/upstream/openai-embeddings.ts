@@ -21,6 +21,7 @@ export class OpenAiCompatibleEmbeddings implements EmbeddingsProvider {
       contentType: 'application/json',
       accept: 'application/json',
       headersTimeoutMs: this.#http.completionTimeoutMs(call.deployment),
+      wholeBodyLimitBytes: MAX_REPLY_BYTES,
     });
     if (response.statusCode !== 200) throw await statusFailure(response);
     const body = await readJsonObject(response, MAX_REPLY_BYTES);

@@ -12,6 +12,8 @@ export interface OpenAiPost {
   readonly contentType: string;
   readonly accept: string;
   readonly headersTimeoutMs: number;
+  /** Read the whole body (at most this many bytes) before resolving, for non-stream calls. */
+  readonly wholeBodyLimitBytes?: number;
 }
 
 /**
@@ -52,14 +54,17 @@ export class OpenAiHttp {
       accept: request.accept,
       ...this.#auth(key),
     };
-    return this.#http.post({
+    const options = {
       url: this.#url(target.deployment, request.path),
       headers,
       body: request.body,
       headersTimeoutMs: request.headersTimeoutMs,
       bodyTimeoutMs: target.deployment.timeouts?.idleMs ?? this.config.idleTimeoutMs,
       ...(target.signal ? { signal: target.signal } : {}),
-    });
+    };
+    return request.wholeBodyLimitBytes === undefined
+      ? this.#http.post(options)
+      : this.#http.postWhole(options, request.wholeBodyLimitBytes);
   }
 
   /** How long a whole (non-stream) reply may take to start, for this deployment. */

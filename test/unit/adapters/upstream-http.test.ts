@@ -1,0 +1,101 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { UpstreamHttp } from '#adapters/upstream/http.ts';
+import { readAll } from '#adapters/upstream/openai-http.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
+
+/** A loopback upstream whose reply each test picks by path. */
+const replies: Record<string, (req: IncomingMessage, res: ServerResponse) => void> = {
+  '/ok': (req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'yes' });
+      // Written in two pieces: the body is read whole, whatever the chunking.
+      res.write('{"echo":');
+      res.end(`${JSON.stringify(body)}}`);
+    });
+  },
+  '/big': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(`"${'x'.repeat(4096)}"`);
+  },
+  '/cut': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
+    res.write('{"partial":');
+    setTimeout(() => res.socket?.destroy(), 20);
+  },
+  '/slow': (_req, res) => {
+    setTimeout(() => res.writeHead(200).end('{}'), 2_000);
+  },
+};
+
+describe('UpstreamHttp.postWhole', () => {
+  let server: Server;
+  let origin: string;
+  const http = new UpstreamHttp(4);
+  beforeAll(async () => {
+    server = createServer((req, res) => replies[req.url ?? '']?.(req, res));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    await http.close();
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  const post = (
+    path: string,
+    limit = 1 << 20,
+    extra: { signal?: AbortSignal; headersTimeoutMs?: number } = {},
+  ) =>
+    http.postWhole(
+      {
+        url: new URL(path, origin),
+        headers: { 'content-type': 'application/json' },
+        body: '{"q":1}',
+        headersTimeoutMs: extra.headersTimeoutMs ?? 5_000,
+        bodyTimeoutMs: 5_000,
+        ...(extra.signal ? { signal: extra.signal } : {}),
+      },
+      limit,
+    );
+
+  it('resolves with the status, the headers and the whole body, which the adapters read as before', async () => {
+    const response = await post('/ok');
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['x-upstream']).toBe('yes');
+    expect(await response.body.json()).toEqual({ echo: '{"q":1}' });
+    expect((await readAll(response, 1024)).toString()).toBe('{"echo":"{\\"q\\":1}"}');
+  });
+
+  it('fails as a protocol fault past the size limit', async () => {
+    const error = await post('/big', 1024).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UpstreamFailure);
+    expect(error).toMatchObject({ kind: 'protocol' });
+  });
+
+  it('fails as a drop when the body is cut off mid-way', async () => {
+    const error = await post('/cut').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UpstreamFailure);
+    expect(error).toMatchObject({ kind: 'dropped' });
+  });
+
+  it('fails as a timeout when the headers do not come in time', async () => {
+    const error = await post('/slow', 1024, { headersTimeoutMs: 100 }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ kind: 'timeout' });
+  });
+
+  it("ends on the caller's abort, before and during the call, as an abort (not an upstream fault)", async () => {
+    const early = new AbortController();
+    early.abort();
+    await expect(post('/slow', 1024, { signal: early.signal })).rejects.toMatchObject({ name: 'AbortError' });
+    const late = new AbortController();
+    setTimeout(() => late.abort(), 50);
+    const started = Date.now();
+    await expect(post('/slow', 1024, { signal: late.signal })).rejects.toMatchObject({ name: 'AbortError' });
+    expect(Date.now() - started).toBeLessThan(1_500); // not the upstream's 2 s
+  });
+});
