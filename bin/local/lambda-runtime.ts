@@ -139,7 +139,11 @@ export class LambdaResponseStream extends Writable {
   #consumePrelude(chunk: Buffer): Buffer | null {
     for (let i = 0; i < chunk.length; i++) {
       if (chunk[i] !== 0) {
+        // No zero byte in the JSON: skip straight to the next zero (the delimiter's, normally).
         this.#zeros = 0;
+        const zero = chunk.indexOf(0, i + 1);
+        if (zero === -1) break;
+        i = zero - 1;
         continue;
       }
       if (++this.#zeros < DELIMITER_LENGTH) continue;

@@ -1,7 +1,7 @@
 /**
  * Worker thread that sends the local host's settlement records to the SQS emulator — with the same
- * SqsSettlementSink (and the real AWS SDK) the Lambda functions use inline. Receives `{ id, record }`
- * messages, replies `{ id }` once SQS accepted the record or `{ id, error }` if it was refused.
+ * SqsSettlementSink (and the real AWS SDK) the Lambda functions use inline. Receives lists of `{ id, record }`,
+ * replies with lists of `{ id }` once SQS accepted the record or `{ id, error }` if it was refused.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
@@ -22,19 +22,38 @@ const input = workerData as WorkerInput;
 const client = new SQSClient({ maxAttempts: 5, md5: false, ...input.client });
 const sink = new SqsSettlementSink(client, input.queueUrl, { lingerMs: input.lingerMs });
 
-parentPort?.on('message', (message: { id: number; record: SettlementRecord } | 'stop') => {
+/** A record handed to this thread, and what it answers once SQS has (or has not) taken it. */
+export interface SettlementHandoff {
+  readonly id: number;
+  readonly record: SettlementRecord;
+}
+export interface SettlementAck {
+  readonly id: number;
+  readonly error?: string;
+}
+
+// Acknowledgements that settle in one turn go back in one message.
+let acks: SettlementAck[] = [];
+const ack = (a: SettlementAck) => {
+  if (acks.length === 0)
+    setImmediate(() => {
+      parentPort?.postMessage(acks);
+      acks = [];
+    });
+  acks.push(a);
+};
+
+parentPort?.on('message', (message: readonly SettlementHandoff[] | 'stop') => {
   if (message === 'stop') {
     client.destroy();
     parentPort?.postMessage('stopped');
     return;
   }
-  sink.send(message.record).then(
-    () => parentPort?.postMessage({ id: message.id }),
-    (error: unknown) =>
-      parentPort?.postMessage({
-        id: message.id,
-        error: error instanceof Error ? error.message : String(error),
-      }),
-  );
+  for (const { id, record } of message) {
+    sink.send(record).then(
+      () => ack({ id }),
+      (error: unknown) => ack({ id, error: error instanceof Error ? error.message : String(error) }),
+    );
+  }
 });
 parentPort?.postMessage('ready');
