@@ -55,6 +55,9 @@ export interface AdmissionOptions {
   readonly maxAttempts?: number;
 }
 
+/** How far ahead of now a retried admission's fresh form starts (see #admit). */
+const RETRY_MARGIN_US = 1_000_000;
+
 /**
  * Admission: the per-account limits of the tier (GCRA, four dimensions) and a wallet hold of the worst-case
  * cost, taken in one conditional transaction — normally one store round trip. The instance remembers each
@@ -107,15 +110,33 @@ export class Admission {
       const tooLarge = checks.find((c) => c.exceedsLimit);
       if (tooLarge) throw this.#rateLimited(tooLarge, limits, known, nowUs, charges);
 
-      const dimensions: DimensionUpdate[] = checks.map((c) => ({
-        dimension: c.dimension,
+      // A retry means another instance moved the buckets since this one last saw them. Near the drained
+      // boundary (TAT ≈ now, an account well under its limits) the two forms are a coin toss that other
+      // instances keep flipping, so a retry's fresh form starts a margin ahead: it then holds whatever those
+      // instances did within the margin, at the price of charging up to the margin's worth of emission extra
+      // (never less than the exact charge).
+      const marginUs = attempt > 1 ? RETRY_MARGIN_US : 0;
+      const dimensions: DimensionUpdate[] = checks.map((c) => {
+        const tat = known[c.dimension];
         // The guess only chooses the form; the store's condition decides.
-        form:
-          known[c.dimension] !== undefined && (known[c.dimension] as number) > nowUs ? 'increment' : 'fresh',
-        nowUs,
-        incrementUs: c.incrementUs,
-        maxPriorTatUs: c.maxPriorTatUs,
-      }));
+        if (tat !== undefined && tat > nowUs + marginUs)
+          return {
+            dimension: c.dimension,
+            form: 'increment',
+            nowUs,
+            incrementUs: c.incrementUs,
+            maxPriorTatUs: c.maxPriorTatUs,
+          };
+        // The margin only where the charge plus the margin still fits the bucket.
+        const startUs = nowUs + (c.maxPriorTatUs - nowUs >= marginUs ? marginUs : 0);
+        return {
+          dimension: c.dimension,
+          form: 'fresh',
+          nowUs: startUs,
+          incrementUs: c.incrementUs,
+          maxPriorTatUs: c.maxPriorTatUs,
+        };
+      });
       const hold =
         request.holdAmount > 0
           ? { amount: request.holdAmount, expiresAt: nowMs + this.#options.holdTtlMs }
@@ -139,7 +160,10 @@ export class Admission {
 
       if (result.ok) {
         const after: BucketState = {};
-        for (const c of checks) after[c.dimension] = c.newTatUs;
+        checks.forEach((c, i) => {
+          const update = dimensions[i] as DimensionUpdate;
+          after[c.dimension] = update.form === 'fresh' ? update.nowUs + update.incrementUs : c.newTatUs;
+        });
         this.#buckets.set(principal.accountId, after);
         return {
           hold: hold ? { id: request.requestId, amount: hold.amount } : null,

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { Admission } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
 import { InsufficientBalanceError } from '#core/errors.ts';
 import { usdToNano } from '#core/pricing.ts';
+import { RefreshingCache } from '#core/refreshing-cache.ts';
 import { planSettlement } from '#core/settlement.ts';
 import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
@@ -247,5 +249,54 @@ describe('no overdraft', () => {
     expect(report.available).toBe(0);
     expect(report.holds).toHaveLength(8);
     expect(availableMatchesHolds && nonNegative).toBe(true);
+  });
+});
+
+describe('admission from several instances', () => {
+  it('admits an account other instances keep admitting near its drained boundary, instead of giving up (503)', async () => {
+    const id = await newAccount(5);
+    /** Another gateway instance: its own admission (its own memory of the buckets) on the same store. */
+    const instance = (store: typeof h.accounting) =>
+      new Admission({
+        store,
+        accounts: new RefreshingCache({
+          load: (accountId: string) => h.accounts.findAccount(accountId),
+          clock: h.clock,
+          ttlMs: 0,
+        }),
+        clock: h.clock,
+        random: () => 0,
+        sleep: async () => {},
+        holdTtlMs: 30 * 60_000,
+      });
+    const other = instance(h.accounting);
+    let otherCalls = 0;
+    const otherAdmits = () =>
+      other.admit(principal(id), { requestId: `other-${otherCalls++}`, estimatedTokens: 10, holdAmount: 0 });
+    // Between this instance's attempts, time passes beyond what it last saw and another instance admits:
+    // each retry would find the buckets just past its guess again, however exactly it read them.
+    const racing = instance({
+      ...h.accounting,
+      admit: async (plan: Parameters<typeof h.accounting.admit>[0]) => {
+        const result = await h.accounting.admit(plan);
+        if (!result.ok) {
+          h.clock.advance(100);
+          await otherAdmits();
+        }
+        return result;
+      },
+    } as typeof h.accounting);
+    await otherAdmits();
+    const admitted = await racing.admit(principal(id), {
+      requestId: 'racing',
+      estimatedTokens: 10,
+      holdAmount: 1000,
+    });
+    expect(admitted.hold).toEqual({ id: 'racing', amount: 1000 });
+    expect(otherCalls).toBeGreaterThan(1); // it did have to retry against the other instance
+    // Charged, not skipped: the requests bucket counts every admission of both instances.
+    const remaining = Number(admitted.headers['x-ratelimit-remaining-requests']);
+    const limit = Number(admitted.headers['x-ratelimit-limit-requests']);
+    expect(remaining).toBeLessThanOrEqual(limit - 1 - otherCalls);
   });
 });
