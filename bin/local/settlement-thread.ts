@@ -1,7 +1,8 @@
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import type { SQSClientConfig } from '@aws-sdk/client-sqs';
 import type { SettlementSink } from '#core/ports.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
-import type { SettlementAck, SettlementHandoff } from './settlement-worker.ts';
+import type { AttachPort, SettlementAck, SettlementHandoff } from './settlement-worker.ts';
 import { type ServiceWorker, startServiceWorker } from './workers.ts';
 
 /**
@@ -14,16 +15,23 @@ import { type ServiceWorker, startServiceWorker } from './workers.ts';
  * to the thread in one message, and their acknowledgements come back the same way: a message between threads
  * costs both sides more than a record's worth of work.
  */
+/** The two ends records can travel over: the thread itself, or a port attached to it. */
+type Port = MessagePort | Worker;
+
 export class ThreadedSettlementSink implements SettlementSink {
-  readonly #worker: ServiceWorker<'ready'>;
+  /** The thread, when this sink started it (and stops it). */
+  readonly #worker: ServiceWorker<'ready'> | null;
+  readonly #port: Port;
   readonly #pending = new Map<number, { resolve(): void; reject(error: Error): void }>();
   #next = 0;
   /** Records of the current turn, posted together at its end. */
   #outgoing: SettlementHandoff[] = [];
 
-  private constructor(worker: ServiceWorker<'ready'>) {
+  private constructor(worker: ServiceWorker<'ready'> | null, port: Port) {
     this.#worker = worker;
-    worker.port.on('message', (message: readonly SettlementAck[] | 'stopped') => {
+    this.#port = port;
+    // Both kinds of port deliver 'message' events alike; one signature serves both.
+    (port as MessagePort).on('message', (message: readonly SettlementAck[] | 'stopped') => {
       if (message === 'stopped') return;
       for (const ack of message) {
         const pending = this.#pending.get(ack.id);
@@ -39,9 +47,27 @@ export class ThreadedSettlementSink implements SettlementSink {
     queueUrl: string;
     lingerMs: number;
   }): Promise<ThreadedSettlementSink> {
-    return new ThreadedSettlementSink(
-      await startServiceWorker<'ready'>(new URL('./settlement-worker.ts', import.meta.url), options),
+    const worker = await startServiceWorker<'ready'>(
+      new URL('./settlement-worker.ts', import.meta.url),
+      options,
     );
+    return new ThreadedSettlementSink(worker, worker.port);
+  }
+
+  /**
+   * A port to the same thread for another gateway instance (a worker thread: transfer it there and wrap it
+   * with `over`), so every instance's records share the thread's batches.
+   */
+  attach(): MessagePort {
+    if (!this.#worker) throw new Error('only the sink that started the thread can attach others to it');
+    const { port1, port2 } = new MessageChannel();
+    this.#worker.port.postMessage({ attach: port2 } satisfies AttachPort, [port2]);
+    return port1;
+  }
+
+  /** A sink over a port from `attach`. */
+  static over(port: MessagePort): ThreadedSettlementSink {
+    return new ThreadedSettlementSink(null, port);
   }
 
   send(record: SettlementRecord): Promise<void> {
@@ -56,10 +82,11 @@ export class ThreadedSettlementSink implements SettlementSink {
   #post(): void {
     const batch = this.#outgoing;
     this.#outgoing = [];
-    this.#worker.port.postMessage(batch);
+    this.#port.postMessage(batch);
   }
 
-  stop(): Promise<void> {
-    return this.#worker.stop();
+  async stop(): Promise<void> {
+    if (this.#worker) await this.#worker.stop();
+    else (this.#port as MessagePort).close();
   }
 }

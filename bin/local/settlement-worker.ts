@@ -3,7 +3,7 @@
  * SqsSettlementSink (and the real AWS SDK) the Lambda functions use inline. Receives lists of `{ id, record }`,
  * replies with lists of `{ id }` once SQS accepted the record or `{ id, error }` if it was refused.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
@@ -32,28 +32,49 @@ export interface SettlementAck {
   readonly error?: string;
 }
 
-// Acknowledgements that settle in one turn go back in one message.
-let acks: SettlementAck[] = [];
-const ack = (a: SettlementAck) => {
-  if (acks.length === 0)
-    setImmediate(() => {
-      parentPort?.postMessage(acks);
-      acks = [];
-    });
-  acks.push(a);
+/** Whatever the records come over: this thread's parent port, or a port a gateway instance was given. */
+interface Channel {
+  postMessage(value: unknown): void;
+}
+
+/** Sends the records of a handoff; acknowledgements that settle in one turn go back in one message. */
+const acceptor = (channel: Channel) => {
+  let acks: SettlementAck[] = [];
+  const ack = (a: SettlementAck) => {
+    if (acks.length === 0)
+      setImmediate(() => {
+        channel.postMessage(acks);
+        acks = [];
+      });
+    acks.push(a);
+  };
+  return (handoff: readonly SettlementHandoff[]) => {
+    for (const { id, record } of handoff) {
+      sink.send(record).then(
+        () => ack({ id }),
+        (error: unknown) => ack({ id, error: error instanceof Error ? error.message : String(error) }),
+      );
+    }
+  };
 };
 
-parentPort?.on('message', (message: readonly SettlementHandoff[] | 'stop') => {
+/** Sent by the local host to let another gateway instance hand its records to this thread. */
+export interface AttachPort {
+  readonly attach: MessagePort;
+}
+
+const fromParent = parentPort ? acceptor(parentPort) : () => {};
+parentPort?.on('message', (message: readonly SettlementHandoff[] | AttachPort | 'stop') => {
   if (message === 'stop') {
     client.destroy();
     parentPort?.postMessage('stopped');
     return;
   }
-  for (const { id, record } of message) {
-    sink.send(record).then(
-      () => ack({ id }),
-      (error: unknown) => ack({ id, error: error instanceof Error ? error.message : String(error) }),
-    );
+  if ('attach' in message) {
+    const port = message.attach;
+    port.on('message', acceptor(port));
+    return;
   }
+  fromParent(message);
 });
 parentPort?.postMessage('ready');

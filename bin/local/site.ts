@@ -39,10 +39,25 @@ const CONTENT_TYPES: Readonly<Record<string, string>> = {
 /** Static files change with a deploy only; short enough that a deploy shows within minutes. */
 const STATIC_CACHE_CONTROL = 'public, max-age=300';
 
-export interface LocalSite {
+/** What serves the site root (`/`, `/usage.json`, the page's assets) from the bucket, as CloudFront does. */
+export interface SiteReader {
   /** GET and HEAD outside `/v1`: the site root, served from the bucket. */
   handles(req: IncomingMessage): boolean;
   serve(req: IncomingMessage, res: ServerResponse): Promise<void>;
+  close(): void;
+}
+
+export const siteReader = (s3Endpoint: string, bucket: string): SiteReader => {
+  const s3 = new S3Client({ ...localClientConfig(s3Endpoint), forcePathStyle: true });
+  return {
+    handles: (req) =>
+      (req.method === 'GET' || req.method === 'HEAD') && !/^\/v1(?:\/|$|\?)/.test(req.url ?? '/'),
+    serve: (req, res) => serveObject(s3, bucket, req, res),
+    close: () => s3.destroy(),
+  };
+};
+
+export interface LocalSite extends Omit<SiteReader, 'close'> {
   /** Runs the usage-report function now (it also runs on its schedule, when one is set). */
   runReport(event?: UsageReportEvent): Promise<UsageReportSummary>;
   stop(): Promise<void>;
@@ -104,14 +119,15 @@ export const startLocalSite = async (options: LocalSiteOptions): Promise<LocalSi
     timer.unref();
   }
 
+  const reader = siteReader(options.endpoints.s3, options.bucket);
   return {
-    handles: (req) =>
-      (req.method === 'GET' || req.method === 'HEAD') && !/^\/v1(?:\/|$|\?)/.test(req.url ?? '/'),
-    serve: (req, res) => serveObject(s3, options.bucket, req, res),
+    handles: reader.handles,
+    serve: reader.serve,
     runReport,
     stop: async () => {
       if (timer) clearInterval(timer);
       await running?.catch(() => {});
+      reader.close();
       s3.destroy();
       deps.close();
     },

@@ -1,26 +1,17 @@
-import { randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
-import { RequestTooLargeError, RouteNotFoundError } from '#core/errors.ts';
 import type { Clock } from '#core/ports.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { type Config, loadConfig } from '#functions/config.ts';
 import { type Container, createContainer } from '#functions/container.ts';
 import type { PriceSyncResult } from '#functions/price-sync.ts';
 import type { UsageReportEvent, UsageReportSummary } from '#functions/usage-report.ts';
-import { errorResponse } from '#http/handler.ts';
 import { queues, tables } from '#lib/resources.ts';
 import type { ConsumerWorkerInput } from './consumer-worker.ts';
 import { type EmulatorEndpoints, localClientConfig, startEmulators } from './emulators.ts';
-import {
-  functionUrlEvent,
-  invocationContext,
-  invokeStreaming,
-  LAMBDA_REQUEST_LIMIT_BYTES,
-  readBody,
-} from './function-url.ts';
-import { installLambdaGlobals, isStreamingHandler, type StreamingHandler } from './lambda-runtime.ts';
+import { createInstanceServer, loadRoutes } from './function-host.ts';
+import { invocationContext } from './function-url.ts';
+import type { InstanceWorkerInput } from './instance-worker.ts';
 import { type Provisioned, provision } from './provision.ts';
 import { readRegistryFile } from './registry-file.ts';
 import {
@@ -34,7 +25,7 @@ import {
 } from './seed.ts';
 import { ThreadedSettlementSink } from './settlement-thread.ts';
 import { startLocalSite } from './site.ts';
-import { startServiceWorker } from './workers.ts';
+import { type ServiceWorker, startServiceWorker } from './workers.ts';
 
 export interface LocalStackOptions {
   /** Gateway port; 0 picks a free one. Default 8787. */
@@ -84,6 +75,11 @@ export interface LocalStackOptions {
   /** Tests: extra DynamoDB client settings for the gateway (e.g. a request handler that fails on demand). */
   readonly dynamodbOverrides?: Partial<DynamoDBClientConfig>;
   readonly log?: (line: string) => void;
+  /**
+   * Gateway instances serving the port (default 1): the main thread's and `instances − 1` worker threads, each
+   * with its own container, as concurrent Lambda instances are. Tests that reach into `container` use one.
+   */
+  readonly instances?: number;
 }
 
 export interface LocalStack {
@@ -98,24 +94,13 @@ export interface LocalStack {
   priceSync(): Promise<PriceSyncResult>;
   /** Publishes `usage.json` now, as of `event.time` if given (it also runs every `usageReportIntervalMs`). */
   usageReport(event?: UsageReportEvent): Promise<UsageReportSummary>;
+  /** Requests each instance has been handed so far, the main thread's first. */
+  servedByInstance(): Promise<number[]>;
   stop(): Promise<void>;
-}
-
-interface Route {
-  readonly method: string;
-  readonly path: string;
-  /** Also serves every path below `path/` (e.g. `/v1/models/{id}`). */
-  readonly prefix?: boolean;
-  /** The Lambda function name this route belongs to (for its invocation context). */
-  readonly name: string;
-  readonly handler: StreamingHandler;
 }
 
 /** See SqsSettlementSink: long enough for a busy local host to fill batches; it delays no client. */
 const LOCAL_SETTLEMENT_LINGER_MS = 20;
-
-/** Lambda timeout of the HTTP functions; the invocation context reports time left against it. */
-const FUNCTION_TIMEOUT_MS = 300_000;
 
 /**
  * The whole service on one machine: emulators, provisioning and seeding, the upstream simulator, and the
@@ -204,15 +189,20 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       lingerMs: LOCAL_SETTLEMENT_LINGER_MS,
     });
     stops.push(() => settlements.stop());
+    const containerEnv = {
+      ...options.secretEnv,
+      ...SIMULATOR_SECRETS,
+      ...(options.upstreamApiKey ? { UPSTREAM_API_KEY: options.upstreamApiKey } : {}),
+    };
+    const containerAws = {
+      dynamodb: localClientConfig(emulators.dynamodb),
+      sqs: localClientConfig(emulators.sqs),
+    };
     const container = createContainer(config, {
-      env: {
-        ...options.secretEnv,
-        ...SIMULATOR_SECRETS,
-        ...(options.upstreamApiKey ? { UPSTREAM_API_KEY: options.upstreamApiKey } : {}),
-      },
+      env: containerEnv,
       aws: {
-        dynamodb: { ...localClientConfig(emulators.dynamodb), ...options.dynamodbOverrides },
-        sqs: localClientConfig(emulators.sqs),
+        ...containerAws,
+        dynamodb: { ...containerAws.dynamodb, ...options.dynamodbOverrides },
       },
       settlements,
       metering: options.metering ?? true,
@@ -261,22 +251,44 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     });
     stops.push(() => site.stop());
 
-    const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
-      (site.handles(req) ? site.serve(req, res) : serve(routes, req, res)).catch((error: unknown) => {
-        container.log.error('local host failed a request', { error });
-        if (!res.headersSent) res.writeHead(500).end();
-        else res.destroy();
-      });
-    });
+    const instances = options.instances ?? 1;
+    if (instances > 1 && (options.clock || options.dynamodbOverrides))
+      throw new Error('clock and dynamodbOverrides act on one instance only: run them with instances: 1');
+    const host = options.host ?? '127.0.0.1';
+    const main = createInstanceServer(routes, site, (error) =>
+      container.log.error('local host failed a request', { error }),
+    );
+    const { server } = main;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(options.port ?? 8787, options.host ?? '127.0.0.1', resolve);
+      server.listen({ port: options.port ?? 8787, host, reusePort: instances > 1 }, resolve);
     });
     stops.push(async () => {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
     });
     const { port } = server.address() as AddressInfo;
+    // The other instances listen on the same port once it is known (port 0 picks one above).
+    const workers: ServiceWorker<'ready'>[] = [];
+    for (let i = 1; i < instances; i++) {
+      const settlementPort = settlements.attach();
+      const worker = await startServiceWorker<'ready'>(
+        new URL('./instance-worker.ts', import.meta.url),
+        {
+          port,
+          host,
+          functionEnv,
+          secretEnv: containerEnv,
+          aws: containerAws,
+          metering: options.metering ?? true,
+          settlementPort,
+          site: { s3: emulators.s3, bucket: resources.siteBucket },
+        } satisfies InstanceWorkerInput,
+        [settlementPort],
+      );
+      workers.push(worker);
+      stops.push(() => worker.stop());
+    }
     return {
       url: `http://${options.host ?? '127.0.0.1'}:${port}`,
       demoApiKey,
@@ -287,6 +299,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       container,
       priceSync,
       usageReport: (event) => site.runReport(event),
+      servedByInstance: async () => [main.served(), ...(await Promise.all(workers.map((w) => askServed(w))))],
       stop: stopAll,
     };
   } catch (error) {
@@ -295,70 +308,13 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
   }
 };
 
-/**
- * The handlers, as each Lambda would load them: the `awslambda` globals must exist before a handler
- * module is imported, because middy wraps the handler at import time.
- */
-const loadRoutes = async (container: Container): Promise<Route[]> => {
-  installLambdaGlobals();
-  const functions = [
-    ['/v1/chat/completions', 'chat-completions', await import('#functions/chat-completions.ts')],
-    ['/v1/embeddings', 'embeddings', await import('#functions/embeddings.ts')],
-    ['/v1/audio/transcriptions', 'audio-transcriptions', await import('#functions/audio-transcriptions.ts')],
-    ['/v1/audio/speech', 'audio-speech', await import('#functions/audio-speech.ts')],
-  ] as const;
-  const models = await import('#functions/models.ts');
-  return [
-    ...functions.map(([path, name, module]) => ({
-      method: 'POST',
-      path,
-      name,
-      handler: asStreaming(module.createHandler(() => container)),
-    })),
-    {
-      method: 'GET',
-      path: '/v1/models',
-      prefix: true,
-      name: 'models',
-      handler: asStreaming(models.createHandler(() => container)),
-    },
-  ];
-};
-
-const asStreaming = (handler: unknown): StreamingHandler => {
-  if (!isStreamingHandler(handler)) throw new Error('HTTP handlers must be response-streaming handlers');
-  return handler;
-};
-
-const hostRequestId = () => `req_${randomUUID().replaceAll('-', '')}`;
-
-const serve = async (routes: readonly Route[], req: IncomingMessage, res: ServerResponse): Promise<void> => {
-  const path = (req.url ?? '/').split('?')[0] ?? '/';
-  const route = routes.find(
-    (r) => r.method === req.method && (r.path === path || (r.prefix && path.startsWith(`${r.path}/`))),
-  );
-  if (!route) {
-    send(res, errorResponse(new RouteNotFoundError(req.method ?? 'GET', path), hostRequestId()));
-    req.resume();
-    return;
-  }
-  const body = await readBody(req, LAMBDA_REQUEST_LIMIT_BYTES);
-  if (body === null) {
-    send(res, errorResponse(new RequestTooLargeError(LAMBDA_REQUEST_LIMIT_BYTES), hostRequestId()));
-    return;
-  }
-  await invokeStreaming(
-    route.handler,
-    functionUrlEvent(req, body),
-    invocationContext(route.name, FUNCTION_TIMEOUT_MS),
-    res,
-  );
-};
-
-const send = (
-  res: ServerResponse,
-  response: { statusCode: number; headers: Record<string, string>; body: unknown },
-) => {
-  res.writeHead(response.statusCode, response.headers);
-  res.end(String(response.body));
-};
+const askServed = (worker: ServiceWorker<'ready'>): Promise<number> =>
+  new Promise((resolve) => {
+    const onMessage = (message: unknown) => {
+      if (typeof message !== 'object' || message === null || !('served' in message)) return;
+      worker.port.off('message', onMessage);
+      resolve((message as { served: number }).served);
+    };
+    worker.port.on('message', onMessage);
+    worker.port.postMessage('served');
+  });

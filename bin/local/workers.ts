@@ -1,6 +1,6 @@
 import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
-import { Worker } from 'node:worker_threads';
+import { type TransferListItem, Worker } from 'node:worker_threads';
 
 /** A worker thread that reports readiness with its first message and stops on a `stop` message. */
 export interface ServiceWorker<T> {
@@ -10,8 +10,12 @@ export interface ServiceWorker<T> {
   stop(): Promise<void>;
 }
 
-export const startServiceWorker = async <T>(script: URL, workerData: unknown): Promise<ServiceWorker<T>> => {
-  const worker = new Worker(script, { workerData });
+export const startServiceWorker = async <T>(
+  script: URL,
+  workerData: unknown,
+  transferList: readonly TransferListItem[] = [],
+): Promise<ServiceWorker<T>> => {
+  const worker = new Worker(script, { workerData, transferList: [...transferList] });
   const ready = await new Promise<T>((resolve, reject) => {
     worker.once('message', resolve);
     worker.once('error', reject);

@@ -2,12 +2,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { Agent, request } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { startLocalStack } from '#local/stack.ts';
 import { startSimulator } from '#sim/server.ts';
-import { startTestStack } from '#test/stack.ts';
+import { drainSettlements, startTestStack, takeSettlements } from '#test/stack.ts';
 
 const chat = (url: string, key: string) =>
   fetch(`${url}/v1/chat/completions`, {
@@ -94,6 +95,57 @@ describe('the local Function URL', () => {
       expect(res.status).toBe(404);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe('unknown_url');
     } finally {
+      await t.stop();
+    }
+  });
+});
+
+describe('several gateway instances (GATEWAY_INSTANCES)', () => {
+  it('share the port: connections spread over the instances, every call is served, metered and settled', async () => {
+    const t = await startTestStack({ instances: 2 });
+    // One connection per request, so the kernel spreads them over the instances' listeners.
+    const dispatcher = new Agent({ pipelining: 0, connections: 32 });
+    try {
+      await drainSettlements(t.stack);
+      const responses = await Promise.all(
+        Array.from({ length: 32 }, async () => {
+          const res = await request(`${t.stack.url}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+            body: JSON.stringify({
+              model: 'famA-v4.1-flash',
+              messages: [{ role: 'user', content: 'hi' }],
+              max_tokens: 8,
+            }),
+            dispatcher,
+          });
+          await res.body.dump();
+          return { status: res.statusCode, requestId: String(res.headers['x-request-id']) };
+        }),
+      );
+      expect(responses.map((r) => r.status)).toEqual(Array(32).fill(200));
+      const ids = new Set(responses.map((r) => r.requestId));
+      // Each instance has its own connections: both served some (all 32 on one would be a 1-in-2³¹ fluke).
+      const served = await t.stack.servedByInstance();
+      expect(served).toHaveLength(2);
+      expect(served.every((n) => n > 0)).toBe(true);
+      // Every call's settlement record reached the queue, through the one sender thread both instances share.
+      const records = await takeSettlements(t.stack, 32);
+      expect(new Set(records.map((r) => r.requestId))).toEqual(ids);
+      // …and every call was admitted against the account: each holds its worst case until settled.
+      const holds = (await t.stack.container.accounting.report('acct_demo')).holds;
+      expect(holds.filter((h) => ids.has(h.requestId))).toHaveLength(32);
+      // The site root is served by every instance too.
+      const pages = await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          const res = await request(`${t.stack.url}/`, { dispatcher });
+          await res.body.dump();
+          return { status: res.statusCode };
+        }),
+      );
+      expect(pages.map((p) => p.status)).toEqual(Array(8).fill(200));
+    } finally {
+      await dispatcher.close();
       await t.stop();
     }
   });
