@@ -24,6 +24,8 @@ export interface SqsSettlementSinkOptions {
 interface Pending {
   readonly record: SettlementRecord;
   readonly body: string;
+  /** UTF-8 bytes of `body`: SQS's limits count bytes, and a record's text need not be ASCII. */
+  readonly bytes: number;
   attempts: number;
   resolve(): void;
   reject(error: unknown): void;
@@ -60,14 +62,15 @@ export class SqsSettlementSink implements SettlementSink {
   }
 
   send(record: SettlementRecord): Promise<void> {
+    const body = JSON.stringify(record);
     return new Promise((resolve, reject) => {
-      this.#enqueue({ record, body: JSON.stringify(record), attempts: 0, resolve, reject });
+      this.#enqueue({ record, body, bytes: Buffer.byteLength(body), attempts: 0, resolve, reject });
     });
   }
 
   #enqueue(pending: Pending): void {
     this.#queue.push(pending);
-    this.#bytes += pending.body.length + 1;
+    this.#bytes += pending.bytes + 1;
     // A full call's worth goes at once; less waits for the linger time (or the end of this turn).
     if (this.#bytes >= MAX_BATCH_BYTES) this.#flush();
     else if (this.#timer === null) {
@@ -120,49 +123,48 @@ export class SqsSettlementSink implements SettlementSink {
   }
 }
 
-/** Packs records, in order, into messages of at most MAX_MESSAGE_BYTES (a larger record goes alone). */
-const messages = (waiting: readonly Pending[]): Message[] => {
-  const packed: Pending[][] = [];
-  let current: Pending[] = [];
+/**
+ * Splits items, in order, into runs that `fits` accepts given their count and summed size; an item that fits
+ * nowhere forms a run of its own.
+ */
+const runs = <T>(
+  items: readonly T[],
+  size: (item: T) => number,
+  fits: (count: number, bytes: number) => boolean,
+): T[][] => {
+  const all: T[][] = [];
+  let current: T[] = [];
   let bytes = 0;
-  for (const pending of waiting) {
-    const length = pending.body.length;
-    if (
-      current.length > 0 &&
-      settlementMessageLength(bytes + length, current.length + 1) > MAX_MESSAGE_BYTES
-    ) {
-      packed.push(current);
+  for (const item of items) {
+    const length = size(item);
+    if (current.length > 0 && !fits(current.length + 1, bytes + length)) {
+      all.push(current);
       current = [];
       bytes = 0;
     }
-    current.push(pending);
+    current.push(item);
     bytes += length;
   }
-  if (current.length > 0) packed.push(current);
-  return packed;
+  if (current.length > 0) all.push(current);
+  return all;
 };
+
+/** Packs records, in order, into messages of at most MAX_MESSAGE_BYTES (a larger record goes alone). */
+const messages = (waiting: readonly Pending[]): Message[] =>
+  runs(
+    waiting,
+    (pending) => pending.bytes,
+    (count, bytes) => settlementMessageLength(bytes, count) <= MAX_MESSAGE_BYTES,
+  );
 
 /** Groups messages into SendMessageBatch calls within SQS's entry and size caps. */
-const calls = (all: readonly Message[]): Message[][] => {
-  const grouped: Message[][] = [];
-  let current: Message[] = [];
-  let bytes = 0;
-  for (const message of all) {
-    const length = messageLength(message);
-    if (current.length > 0 && (current.length >= MAX_ENTRIES || bytes + length > MAX_BATCH_BYTES)) {
-      grouped.push(current);
-      current = [];
-      bytes = 0;
-    }
-    current.push(message);
-    bytes += length;
-  }
-  if (current.length > 0) grouped.push(current);
-  return grouped;
-};
-
-const messageLength = (message: Message): number =>
-  settlementMessageLength(
-    message.reduce((sum, pending) => sum + pending.body.length, 0),
-    message.length,
+const calls = (all: readonly Message[]): Message[][] =>
+  runs(
+    all,
+    (message) =>
+      settlementMessageLength(
+        message.reduce((sum, pending) => sum + pending.bytes, 0),
+        message.length,
+      ),
+    (count, bytes) => count <= MAX_ENTRIES && bytes <= MAX_BATCH_BYTES,
   );

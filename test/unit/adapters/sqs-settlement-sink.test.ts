@@ -69,6 +69,15 @@ describe('SqsSettlementSink', () => {
     expect(calls.flat().flat()).toEqual(ids('b', 30)); // in order, each once
   });
 
+  it('counts the size limits in bytes, not characters', async () => {
+    const { client, calls } = fakeClient();
+    const sink = new SqsSettlementSink(client, 'q', { lingerMs: 0 });
+    // 20 Ki characters of 2 bytes each: 40 KiB a record, so two cannot share a 64 KiB message.
+    const accented = (id: string) => ({ id, pad: 'é'.repeat(20 * 1024) }) as unknown as SettlementRecord;
+    await Promise.all([sink.send(accented('e0')), sink.send(accented('e1'))]);
+    expect(calls).toEqual([[['e0'], ['e1']]]);
+  });
+
   it('lets records wait for each other up to the linger time', async () => {
     const { client, calls } = fakeClient();
     const sink = new SqsSettlementSink(client, 'q', { lingerMs: 30 });
