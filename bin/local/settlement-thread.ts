@@ -3,7 +3,10 @@ import type { SQSClientConfig } from '@aws-sdk/client-sqs';
 import type { SettlementSink } from '#core/ports.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
 import type { AttachPort, SettlementAck, SettlementHandoff } from './settlement-worker.ts';
-import { type ServiceWorker, startServiceWorker } from './workers.ts';
+import { perTurn, type ServiceWorker, startServiceWorker } from './workers.ts';
+
+/** The two ends records can travel over: the thread itself, or a port attached to it. */
+type Port = MessagePort | Worker;
 
 /**
  * The local host's settlement sink: records go to a worker thread that runs the functions' own
@@ -15,21 +18,18 @@ import { type ServiceWorker, startServiceWorker } from './workers.ts';
  * to the thread in one message, and their acknowledgements come back the same way: a message between threads
  * costs both sides more than a record's worth of work.
  */
-/** The two ends records can travel over: the thread itself, or a port attached to it. */
-type Port = MessagePort | Worker;
-
 export class ThreadedSettlementSink implements SettlementSink {
   /** The thread, when this sink started it (and stops it). */
   readonly #worker: ServiceWorker<'ready'> | null;
   readonly #port: Port;
   readonly #pending = new Map<number, { resolve(): void; reject(error: Error): void }>();
   #next = 0;
-  /** Records of the current turn, posted together at its end. */
-  #outgoing: SettlementHandoff[] = [];
+  readonly #handOver: (handoff: SettlementHandoff) => void;
 
   private constructor(worker: ServiceWorker<'ready'> | null, port: Port) {
     this.#worker = worker;
     this.#port = port;
+    this.#handOver = perTurn((batch) => port.postMessage(batch));
     // Both kinds of port deliver 'message' events alike; one signature serves both.
     (port as MessagePort).on('message', (message: readonly SettlementAck[] | 'stopped') => {
       if (message === 'stopped') return;
@@ -74,15 +74,8 @@ export class ThreadedSettlementSink implements SettlementSink {
     const id = this.#next++;
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
-      if (this.#outgoing.length === 0) setImmediate(() => this.#post());
-      this.#outgoing.push({ id, record });
+      this.#handOver({ id, record });
     });
-  }
-
-  #post(): void {
-    const batch = this.#outgoing;
-    this.#outgoing = [];
-    this.#port.postMessage(batch);
   }
 
   async stop(): Promise<void> {

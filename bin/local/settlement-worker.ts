@@ -7,7 +7,7 @@ import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
-import { lowerThreadPriority } from './workers.ts';
+import { lowerThreadPriority, perTurn } from './workers.ts';
 
 // After-response work of other invocations: on AWS it never delays a request served elsewhere.
 lowerThreadPriority();
@@ -39,15 +39,7 @@ interface Channel {
 
 /** Sends the records of a handoff; acknowledgements that settle in one turn go back in one message. */
 const acceptor = (channel: Channel) => {
-  let acks: SettlementAck[] = [];
-  const ack = (a: SettlementAck) => {
-    if (acks.length === 0)
-      setImmediate(() => {
-        channel.postMessage(acks);
-        acks = [];
-      });
-    acks.push(a);
-  };
+  const ack = perTurn<SettlementAck>((acks) => channel.postMessage(acks));
   return (handoff: readonly SettlementHandoff[]) => {
     for (const { id, record } of handoff) {
       sink.send(record).then(

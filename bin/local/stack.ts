@@ -108,6 +108,9 @@ const LOCAL_SETTLEMENT_LINGER_MS = 20;
  */
 export const startLocalStack = async (options: LocalStackOptions = {}): Promise<LocalStack> => {
   const log = options.log ?? (() => {});
+  const instances = options.instances ?? 1;
+  if (instances > 1 && (options.clock || options.dynamodbOverrides))
+    throw new Error('clock and dynamodbOverrides act on one instance only: run them with instances: 1');
   const stops: (() => Promise<void>)[] = [];
   const stopAll = async () => {
     for (const stop of stops.reverse()) await stop().catch(() => {});
@@ -251,9 +254,6 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     });
     stops.push(() => site.stop());
 
-    const instances = options.instances ?? 1;
-    if (instances > 1 && (options.clock || options.dynamodbOverrides))
-      throw new Error('clock and dynamodbOverrides act on one instance only: run them with instances: 1');
     const host = options.host ?? '127.0.0.1';
     const main = createInstanceServer(routes, site, (error) =>
       container.log.error('local host failed a request', { error }),
@@ -290,7 +290,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       stops.push(() => worker.stop());
     }
     return {
-      url: `http://${options.host ?? '127.0.0.1'}:${port}`,
+      url: `http://${host}:${port}`,
       demoApiKey,
       simulatorUrl,
       emulators,

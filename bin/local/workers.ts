@@ -61,3 +61,20 @@ export const lowerThreadPriority = (niceness = BACKGROUND_NICENESS): boolean => 
     return false;
   }
 };
+
+/**
+ * Collects what arrives during one turn of the event loop and hands it over as one list at the end of the
+ * turn: a message between threads costs both sides more than an item's worth of work.
+ */
+export const perTurn = <T>(flush: (items: T[]) => void): ((item: T) => void) => {
+  let items: T[] = [];
+  return (item) => {
+    if (items.length === 0)
+      setImmediate(() => {
+        const batch = items;
+        items = [];
+        flush(batch);
+      });
+    items.push(item);
+  };
+};

@@ -23,6 +23,38 @@ const until = async (check: () => Promise<boolean>, timeoutMs: number, what: str
   }
 };
 
+/** Messages on the queue, visible or in flight (in-flight ones count until deleted). */
+const messagesLeft = async (sqs: SQSClient, queueUrl: string): Promise<number> => {
+  const { Attributes = {} } = await sqs.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+    }),
+  );
+  return (
+    Number(Attributes.ApproximateNumberOfMessages) + Number(Attributes.ApproximateNumberOfMessagesNotVisible)
+  );
+};
+
+/** An SQS event as Lambda's event source mapping delivers it, one record per `{ body, messageId }`. */
+const sqsEvent = (queueArn: string, messages: readonly { body: string; messageId: string }[]): SQSEvent => ({
+  Records: messages.map((m) => ({
+    ...m,
+    receiptHandle: m.messageId,
+    attributes: {
+      ApproximateReceiveCount: '1',
+      SentTimestamp: '0',
+      SenderId: 'x',
+      ApproximateFirstReceiveTimestamp: '0',
+    },
+    messageAttributes: {},
+    md5OfBody: '',
+    eventSource: 'aws:sqs',
+    eventSourceARN: queueArn,
+    awsRegion: 'us-east-1',
+  })),
+});
+
 const chat = (t: TestStack, extra: Record<string, unknown> = {}) =>
   t.post('/chat/completions', {
     model: 'famA-v4.1-flash',
@@ -132,18 +164,8 @@ describe('exactly-once settlement over SQS', () => {
     try {
       // Three sends and one redelivery of the crashed receive; in-flight messages count until deleted.
       await until(
-        async () => {
-          const { Attributes = {} } = await sqs.send(
-            new GetQueueAttributesCommand({
-              QueueUrl: t.stack.resources.settlementQueueUrl,
-              AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
-            }),
-          );
-          const left =
-            Number(Attributes.ApproximateNumberOfMessages) +
-            Number(Attributes.ApproximateNumberOfMessagesNotVisible);
-          return outcomes.length >= 4 && left === 0;
-        },
+        async () =>
+          outcomes.length >= 4 && (await messagesLeft(sqs, t.stack.resources.settlementQueueUrl)) === 0,
         15_000,
         'every delivery, the redelivery included, to be consumed',
       );
@@ -185,19 +207,7 @@ describe('exactly-once settlement over SQS', () => {
     });
     try {
       await until(
-        async () => {
-          const { Attributes = {} } = await sqs.send(
-            new GetQueueAttributesCommand({
-              QueueUrl: t.stack.resources.settlementQueueUrl,
-              AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
-            }),
-          );
-          return (
-            Number(Attributes.ApproximateNumberOfMessages) +
-              Number(Attributes.ApproximateNumberOfMessagesNotVisible) ===
-            0
-          );
-        },
+        async () => (await messagesLeft(sqs, t.stack.resources.settlementQueueUrl)) === 0,
         15_000,
         'both deliveries to be consumed',
       );
@@ -222,27 +232,11 @@ describe('exactly-once settlement over SQS', () => {
     await chat(t);
     await chat(t);
     const [first, second] = await takeSettlements(t.stack, 2);
-    const event: SQSEvent = {
-      Records: [
-        { body: JSON.stringify(first), messageId: 'm-1' },
-        { body: 'poison', messageId: 'm-2' },
-        { body: JSON.stringify(second), messageId: 'm-3' },
-      ].map((r) => ({
-        ...r,
-        receiptHandle: r.messageId,
-        attributes: {
-          ApproximateReceiveCount: '1',
-          SentTimestamp: '0',
-          SenderId: 'x',
-          ApproximateFirstReceiveTimestamp: '0',
-        },
-        messageAttributes: {},
-        md5OfBody: '',
-        eventSource: 'aws:sqs',
-        eventSourceARN: t.stack.resources.settlementQueueArn,
-        awsRegion: 'us-east-1',
-      })),
-    };
+    const event = sqsEvent(t.stack.resources.settlementQueueArn, [
+      { body: JSON.stringify(first), messageId: 'm-1' },
+      { body: 'poison', messageId: 'm-2' },
+      { body: JSON.stringify(second), messageId: 'm-3' },
+    ]);
     const result = await createHandler(() => t.stack.container)(
       event,
       invocationContext('settlement', 30_000) as Context,
@@ -258,26 +252,9 @@ describe('exactly-once settlement over SQS', () => {
     await drainSettlements(t.stack);
     await chat(t);
     const [good] = await takeSettlements(t.stack, 1);
-    const event: SQSEvent = {
-      Records: [
-        {
-          body: `[${JSON.stringify(good)},{"not":"a settlement"}]`,
-          messageId: 'm-shared',
-          receiptHandle: 'm-shared',
-          attributes: {
-            ApproximateReceiveCount: '1',
-            SentTimestamp: '0',
-            SenderId: 'x',
-            ApproximateFirstReceiveTimestamp: '0',
-          },
-          messageAttributes: {},
-          md5OfBody: '',
-          eventSource: 'aws:sqs',
-          eventSourceARN: t.stack.resources.settlementQueueArn,
-          awsRegion: 'us-east-1',
-        },
-      ],
-    };
+    const event = sqsEvent(t.stack.resources.settlementQueueArn, [
+      { body: `[${JSON.stringify(good)},{"not":"a settlement"}]`, messageId: 'm-shared' },
+    ]);
     const handler = createHandler(() => t.stack.container);
     const context = invocationContext('settlement', 30_000) as Context;
     // Retried (and in the end dead-lettered) for its bad entry; the good record is not held hostage …

@@ -1,3 +1,4 @@
+import type { HealthPolicy } from '#core/health.ts';
 import type { Deployment, Model } from '#core/registry.ts';
 
 /** A chat model for unit tests; override any field. */
@@ -34,4 +35,14 @@ export const wordCounter = { count: (text: string) => text.split(/\s+/).filter(B
 export const manualClock = (start = 1_000_000) => {
   let now = start;
   return { now: () => now, advance: (ms: number) => (now += ms) };
+};
+
+/** Deployment health with small round numbers: 4 calls, 3 overloads, 10 s cool-down doubling to 40 s. */
+export const TEST_HEALTH_POLICY: HealthPolicy = {
+  windowMs: 60_000,
+  minCalls: 4,
+  failureRate: 0.5,
+  overloadRun: 3,
+  cooldownMs: 10_000,
+  maxCooldownMs: 40_000,
 };

@@ -112,7 +112,8 @@ export const readAll = async (response: UpstreamResponse, limitBytes: number): P
   } catch (error) {
     throw transportFailure(error);
   }
-  return Buffer.concat(chunks, size);
+  // A body read whole (non-stream calls) is one chunk already: no copy.
+  return chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size);
 };
 
 /** Reads a JSON object body; anything else is a protocol fault, a cut-off body a drop. */

@@ -3,18 +3,11 @@ import type { Authenticator } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 import { Gateway } from '#core/gateway.ts';
-import { HealthBoard, type HealthPolicy } from '#core/health.ts';
+import { HealthBoard } from '#core/health.ts';
 import type { Catalog } from '#core/registry.ts';
-import { chatModel, deployment, manualClock } from '#test/fixtures.ts';
+import { chatModel, deployment, manualClock, TEST_HEALTH_POLICY } from '#test/fixtures.ts';
 
-const POLICY: HealthPolicy = {
-  windowMs: 60_000,
-  minCalls: 4,
-  failureRate: 0.5,
-  overloadRun: 3,
-  cooldownMs: 10_000,
-  maxCooldownMs: 40_000,
-};
+const POLICY = TEST_HEALTH_POLICY;
 
 /**
  * How a routed call reports a half-open probe back to deployment health: the gateway carries the probe's

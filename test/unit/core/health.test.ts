@@ -1,17 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { EngineOverloadedError, ServiceUnavailableError } from '#core/errors.ts';
-import { HealthBoard, type HealthPolicy } from '#core/health.ts';
+import { HealthBoard } from '#core/health.ts';
 import { planRoute } from '#core/routing.ts';
-import { deployment } from '#test/fixtures.ts';
+import { deployment, TEST_HEALTH_POLICY } from '#test/fixtures.ts';
 
-const POLICY: HealthPolicy = {
-  windowMs: 60_000,
-  minCalls: 4,
-  failureRate: 0.5,
-  overloadRun: 3,
-  cooldownMs: 10_000,
-  maxCooldownMs: 40_000,
-};
+const POLICY = TEST_HEALTH_POLICY;
 
 const setup = () => {
   let now = 1_000_000;
