@@ -5,6 +5,7 @@ import { DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoKeyStore, hashKey } from '#adapters/dynamo-key-store.ts';
 import { DynamoRegistry, RegistryCache } from '#adapters/dynamo-registry.ts';
+import { disableAllocationSitePretenuring } from '#adapters/heap-tuning.ts';
 import { createLogger, type Logger } from '#adapters/logger.ts';
 import { defaultSecretResolver, type SecretResolver } from '#adapters/secrets.ts';
 import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
@@ -28,6 +29,9 @@ import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { AdapterName } from '#core/registry.ts';
 import type { PriceSource, ProviderAdapter } from '#core/upstream.ts';
 import { type Config, loadConfig } from './config.ts';
+
+// Once per process, before any request: see heap-tuning.ts for the measurement.
+disableAllocationSitePretenuring();
 
 /** Everything a handler needs, built once per cold start (composition root). */
 export interface Container {
