@@ -31,8 +31,8 @@ export const readBody = (req: IncomingMessage, limit: number): Promise<Buffer | 
 
 /** The payload-v2 event a Function URL would deliver for this request. */
 export const functionUrlEvent = (req: IncomingMessage, body: Buffer): APIGatewayProxyEventV2 => {
-  // The raw target, split by hand: Function URLs pass the path as sent (no dot-segment resolution), and a
-  // WHATWG URL parse per request showed up in the host's profile under load.
+  // The request target split by hand, not parsed as a WHATWG URL (that parse, once per request, showed up in
+  // the host's profile under load): rawPath is the path as the client sent it.
   const target = req.url ?? '/';
   const mark = target.indexOf('?');
   const rawPath = mark === -1 ? target : target.slice(0, mark);
