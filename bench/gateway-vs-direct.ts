@@ -24,11 +24,13 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { measureStoreRoundTrip, provisionBenchAccount, settlementsDone } from './lib/accounting.ts';
 import {
+  findStoreJvm,
   type GatewayProcess,
   type ProcMemory,
   passThroughEnv,
   startGatewayProcess,
   type ThreadCpu,
+  whenQuiet,
 } from './lib/gateway-process.ts';
 import { type Endpoint, openEndpoint, type RoundResult, runRound, type Target } from './lib/load.ts';
 import { concat, type Distribution, distribution, distributionOf } from './lib/stats.ts';
@@ -832,6 +834,8 @@ const main = async (): Promise<number> => {
       `(from this process, sequential); metered stack ${meteredFile}, unmetered (METERING=off CONSUMERS=off) pid ${unmeteredStack.pid}`,
   );
 
+  const storeJvm = findStoreJvm(stack.pid);
+  let storeWaitMs = 0;
   const results: ScenarioResult[] = [];
   for (const [i, scenario] of settings.scenarios.entries()) {
     process.stderr.write(`[${i + 1}/${settings.scenarios.length}] running ${scenario.id}…\n`);
@@ -840,8 +844,12 @@ const main = async (): Promise<number> => {
       endpoints,
       { metered: stack, unmetered: unmeteredStack },
       settings,
-      // The unmetered stack runs no consumer: its records stay queued, there is nothing to wait for.
-      (endpoint) => (endpoint.target.name === UNMETERED ? Promise.resolve() : settlementsDone(meteredFile)),
+      // The unmetered stack runs no consumer: its records stay queued, there is nothing to wait for. After every
+      // round, the metered stack's DynamoDB Local must be quiet again (see whenQuiet), whatever the target was.
+      async (endpoint) => {
+        if (endpoint.target.name !== UNMETERED) await settlementsDone(meteredFile);
+        if (storeJvm !== null) storeWaitMs += await whenQuiet(storeJvm);
+      },
     );
     results.push(result);
     console.log(formatScenario(result, settings));
@@ -861,6 +869,11 @@ const main = async (): Promise<number> => {
     `\nGateway process RSS (node bin/local.ts: gateway + simulator and SQS/S3 emulator worker threads; ` +
       `DynamoDB Local JVM not included): ${mib(memoryAtEnd, 'rssKiB')} at the end ` +
       `(${mib(memoryAtStart, 'rssKiB')} after start-up, peak ${mib(memoryAtEnd, 'peakRssKiB')})`,
+  );
+  console.log(
+    storeJvm === null
+      ? 'DynamoDB Local JVM not found (not Linux?): rounds did not wait for it to go quiet'
+      : `Waited ${(storeWaitMs / 1000).toFixed(1)} s in all, between rounds, for the metered stack's DynamoDB Local JVM to go quiet`,
   );
   console.log(`Failed requests: ${errors}${errors > 0 ? '  ← requests failed, exit code 1' : ''}`);
 

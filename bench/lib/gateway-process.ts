@@ -109,6 +109,50 @@ export const readProcCpuMs = (pid: number): number | null => {
   }
 };
 
+/** The DynamoDB Local JVM a stack process started (its child running DynamoDBLocal.jar), or null (not Linux). */
+export const findStoreJvm = (stackPid: number): number | null => {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return null;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (parent !== stackPid) continue;
+      if (readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes('DynamoDBLocal.jar')) return Number(entry);
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return null;
+};
+
+/**
+ * Waits until process `pid` is quiet — at most `idleMs` of CPU in each of two consecutive `windowMs` windows —
+ * or `maxMs` has passed; resolves to the time waited. DynamoDB Local's JVM keeps working for a second or so after
+ * metered load stops (the JIT compiling what the load made hot), on the CPU the other targets also use.
+ */
+export const whenQuiet = async (
+  pid: number,
+  { windowMs = 100, idleMs = 10, maxMs = 5_000 } = {},
+): Promise<number> => {
+  const started = performance.now();
+  let quietWindows = 0;
+  let before = readProcCpuMs(pid);
+  while (before !== null && quietWindows < 2 && performance.now() - started < maxMs) {
+    await new Promise((resolve) => setTimeout(resolve, windowMs));
+    const after = readProcCpuMs(pid);
+    if (after === null) break;
+    quietWindows = after - before <= idleMs ? quietWindows + 1 : 0;
+    before = after;
+  }
+  return performance.now() - started;
+};
+
 /**
  * CPU time by thread group. Node names the main thread `MainThread` and every worker thread `WorkerThread`;
  * workers are listed in the order they were started (by thread id). `V8Worker` threads run GC and compiler
