@@ -15,7 +15,6 @@ export interface PostOptions {
 
 /** What the adapters read a response body with: undici's streaming body, or a body already read whole. */
 export interface UpstreamBody extends AsyncIterable<Buffer> {
-  json(): Promise<unknown>;
   destroy(): void;
 }
 
@@ -31,10 +30,6 @@ class WholeBody implements UpstreamBody {
 
   constructor(bytes: Buffer) {
     this.#bytes = bytes;
-  }
-
-  async json(): Promise<unknown> {
-    return JSON.parse(this.#bytes.toString('utf8'));
   }
 
   async *[Symbol.asyncIterator](): AsyncGenerator<Buffer, void, undefined> {

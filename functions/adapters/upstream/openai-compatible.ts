@@ -7,8 +7,8 @@ import type {
   UpstreamCall,
 } from '#core/upstream.ts';
 import { parseOpenAiUsage } from '#core/usage.ts';
-import { statusFailure, transportFailure } from './http.ts';
-import { type OpenAiHttp, openWithinFirstByte } from './openai-http.ts';
+import { statusFailure } from './http.ts';
+import { type OpenAiHttp, openWithinFirstByte, readJsonObject } from './openai-http.ts';
 import { sseData, UpstreamEvents } from './sse.ts';
 
 /**
@@ -27,25 +27,9 @@ export class OpenAiCompatibleChat implements ChatProvider {
   async complete(call: UpstreamCall): Promise<ChatCompletionResult> {
     const response = await this.#post(call, this.#http.completionTimeoutMs(call.deployment));
     if (response.statusCode !== 200) throw await statusFailure(response);
-    let body: Record<string, unknown>;
-    try {
-      body = (await response.body.json()) as Record<string, unknown>;
-    } catch (error) {
-      const failure = transportFailure(error);
-      // A body cut off mid-way is a drop; one that arrived whole but is not JSON is a protocol fault.
-      throw failure instanceof UpstreamFailure && failure.kind !== 'dropped'
-        ? failure
-        : new UpstreamFailure(
-            error instanceof SyntaxError ? 'protocol' : 'dropped',
-            'unreadable upstream body',
-            {
-              cause: error,
-            },
-          );
-    }
-    if (body === null || typeof body !== 'object' || !Array.isArray(body.choices)) {
+    const body = await readJsonObject(response, MAX_REPLY_BYTES);
+    if (!Array.isArray(body.choices))
       throw new UpstreamFailure('protocol', 'upstream body is not a chat completion');
-    }
     body.model = call.publicModel;
     return { body, usage: parseOpenAiUsage(body.usage) };
   }

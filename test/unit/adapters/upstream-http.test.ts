@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UpstreamHttp } from '#adapters/upstream/http.ts';
-import { readAll } from '#adapters/upstream/openai-http.ts';
+import { readAll, readJsonObject } from '#adapters/upstream/openai-http.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 
 /** A loopback upstream whose reply each test picks by path. */
@@ -67,7 +67,7 @@ describe('UpstreamHttp.postWhole', () => {
     const response = await post('/ok');
     expect(response.statusCode).toBe(200);
     expect(response.headers['x-upstream']).toBe('yes');
-    expect(await response.body.json()).toEqual({ echo: '{"q":1}' });
+    expect(await readJsonObject(response, 1024)).toEqual({ echo: '{"q":1}' });
     expect((await readAll(response, 1024)).toString()).toBe('{"echo":"{\\"q\\":1}"}');
   });
 

@@ -9,7 +9,11 @@ const POLICY = TEST_HEALTH_POLICY;
 const setup = () => {
   let now = 1_000_000;
   const board = new HealthBoard(POLICY, { now: () => now });
-  return { board, advance: (ms: number) => (now += ms) };
+  /** Three overloads: enough calls, all failed — the circuit opens. */
+  const trip = () => {
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+  };
+  return { board, advance: (ms: number) => (now += ms), trip };
 };
 
 describe('HealthBoard circuit', () => {
@@ -66,8 +70,8 @@ describe('HealthBoard circuit', () => {
   });
 
   it('half-opens after the cool-down with one probe at a time; a good probe closes it', () => {
-    const { board, advance } = setup();
-    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    const { board, advance, trip } = setup();
+    trip();
     advance(POLICY.cooldownMs - 1);
     expect(board.state('a')).toBe('open');
     expect(board.claimProbe('a')).toBeNull();
@@ -82,8 +86,8 @@ describe('HealthBoard circuit', () => {
   });
 
   it('doubles the cool-down when a probe fails, up to the maximum', () => {
-    const { board, advance } = setup();
-    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    const { board, advance, trip } = setup();
+    trip();
     const cooldowns: number[] = [];
     for (let round = 0; round < 4; round++) {
       let waited = 0;
@@ -100,8 +104,8 @@ describe('HealthBoard circuit', () => {
   });
 
   it('gives up on a probe that never reported back after a cool-down, so one lost request cannot wedge it', () => {
-    const { board, advance } = setup();
-    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    const { board, advance, trip } = setup();
+    trip();
     advance(POLICY.cooldownMs);
     const lost = board.claimProbe('a');
     expect(lost).not.toBeNull();
@@ -118,8 +122,8 @@ describe('HealthBoard circuit', () => {
   });
 
   it('lets only the probe settle a half-open circuit: stragglers from before it opened change nothing', () => {
-    const { board, advance } = setup();
-    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    const { board, advance, trip } = setup();
+    trip();
     advance(POLICY.cooldownMs);
     const probe = board.claimProbe('a');
     // A stream that started before the circuit opened ends now, well or badly: not the probe's verdict.
@@ -134,8 +138,8 @@ describe('HealthBoard circuit', () => {
   });
 
   it('frees the probe for the next request when it says nothing about the upstream, or never ran', () => {
-    const { board, advance } = setup();
-    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    const { board, advance, trip } = setup();
+    trip();
     advance(POLICY.cooldownMs);
     const refused = board.claimProbe('a');
     board.record('a', 'rejected', 1, refused); // the request itself was refused (a 400 upstream)
@@ -169,8 +173,8 @@ describe('planRoute with health', () => {
   const c = deployment({ id: 'c', priority: 3 });
 
   it('skips open circuits and keeps priority among the rest', () => {
-    const { board } = setup();
-    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 1);
+    const { board, trip } = setup();
+    trip();
     expect(planRoute([a, b, c], Math.random, board).deployments.map((d) => d.id)).toEqual(['b', 'c']);
   });
 
