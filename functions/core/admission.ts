@@ -110,16 +110,16 @@ export class Admission {
       const tooLarge = checks.find((c) => c.exceedsLimit);
       if (tooLarge) throw this.#rateLimited(tooLarge, limits, known, nowUs, charges);
 
-      // A retry means another instance moved the buckets since this one last saw them. Near the drained
-      // boundary (TAT ≈ now, an account well under its limits) the two forms are a coin toss that other
-      // instances keep flipping, so a retry's fresh form starts a margin ahead: it then holds whatever those
-      // instances did within the margin, at the price of charging up to the margin's worth of emission extra
-      // (never less than the exact charge).
+      // The guess only chooses the form; the store's condition decides. A TAT known to be ahead of now takes the
+      // increment form, which cannot go stale: TATs only ever move forward. A drained one takes the fresh form,
+      // which another instance's admission in between makes wrong. Near the drained boundary (TAT ≈ now, an
+      // account well under its limits) instances keep flipping it for each other, so a retry's fresh form
+      // starts a margin ahead: it then holds whatever they did within the margin, at the price of charging up to
+      // the margin's worth of emission extra (never less than the exact charge).
       const marginUs = attempt > 1 ? RETRY_MARGIN_US : 0;
       const dimensions: DimensionUpdate[] = checks.map((c) => {
         const tat = known[c.dimension];
-        // The guess only chooses the form; the store's condition decides.
-        if (tat !== undefined && tat > nowUs + marginUs)
+        if (tat !== undefined && tat > nowUs)
           return {
             dimension: c.dimension,
             form: 'increment',
