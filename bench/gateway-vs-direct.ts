@@ -281,6 +281,10 @@ interface TargetSummary {
   readonly ttfb: Distribution | null;
   /** The gateway's admission round trip as it reported it per request (Server-Timing), ms. */
   readonly admit: Distribution | null;
+  /** Its upstream call as it reported it (Server-Timing), non-stream scenarios, ms. */
+  readonly upstream: Distribution | null;
+  /** Latency beside that call and admission: the gateway's own work and the client↔gateway hops, ms. */
+  readonly beside: Distribution | null;
   readonly meanResponseBytes: number;
   /** CPU time of the stack process (all its threads) per measured request, ms. */
   readonly stackCpuMsPerRequest: number | null;
@@ -414,6 +418,8 @@ const runScenario = async (
       latency: distribution(concat(rounds.map((r) => r.latency))),
       ttfb: scenario.stream ? distribution(concat(rounds.flatMap((r) => (r.ttfb ? [r.ttfb] : [])))) : null,
       admit: distribution(concat(rounds.map((r) => r.admit))),
+      upstream: distribution(concat(rounds.map((r) => r.upstream))),
+      beside: distribution(concat(rounds.map((r) => r.beside))),
       meanResponseBytes: requests > 0 ? sum(rounds, (r) => r.bytes) / requests : 0,
       stackCpuMsPerRequest: cpu === null || cpu === undefined || requests === 0 ? null : cpu / requests,
       stackCpuMsPerRequestByThread: Object.fromEntries(
@@ -606,6 +612,17 @@ const formatScenario = (result: ScenarioResult, settings: Settings): string => {
     }
     out.push(
       `  ${' '.repeat(head.length - 2)} stack CPU per request ${signed(c.addedStackCpuMsPerRequest)} ms`,
+    );
+  }
+  const direct = result.targets[0];
+  for (const t of result.targets) {
+    if (!t.upstream || !t.beside) continue;
+    // Means add up (latency = admission + upstream call + the rest); percentiles do not.
+    out.push(
+      `  where ${t.name}'s time went (means): upstream call ${ms(t.upstream.mean)} ms as it timed it ` +
+        `(${direct?.name} whole call ${ms(direct?.latency?.mean)} ms)` +
+        `${t.admit ? `, admission ${ms(t.admit.mean)} ms` : ''}, the rest ${ms(t.beside.mean)} ms ` +
+        `(p50 ${ms(t.beside.p50)}, p90 ${ms(t.beside.p90)}: its own work and the hops to and from the client)`,
     );
   }
   for (const t of result.targets) {

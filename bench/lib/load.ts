@@ -71,6 +71,13 @@ export interface RoundResult {
   readonly ttfb: Samples | null;
   /** The gateway's own admission round trip per request (`Server-Timing: admit;dur=…`), when it reports one. */
   readonly admit: Samples;
+  /** The gateway's upstream call per request (`Server-Timing: upstream;dur=…`), non-stream responses only. */
+  readonly upstream: Samples;
+  /**
+   * Per non-stream request that reports an upstream call: its latency minus that call and the admission round
+   * trip — the gateway's own work plus the two hops between this client and the gateway.
+   */
+  readonly beside: Samples;
 }
 
 const DATA = Buffer.from('data:');
@@ -87,6 +94,8 @@ class Round {
   readonly latency = new Samples(16_384);
   readonly ttfb: Samples | null;
   readonly admit = new Samples(16_384);
+  readonly upstream = new Samples(16_384);
+  readonly beside = new Samples(16_384);
   requests = 0;
   completedInWindow = 0;
   errors = 0;
@@ -138,6 +147,7 @@ class Worker implements Dispatcher.DispatchHandler {
   #sawDone = false;
   #headerMismatch: string | null = null;
   #admitMs = -1;
+  #upstreamMs = -1;
 
   constructor(round: Round) {
     this.#round = round;
@@ -156,6 +166,7 @@ class Worker implements Dispatcher.DispatchHandler {
     this.#sawDone = false;
     this.#headerMismatch = null;
     this.#admitMs = -1;
+    this.#upstreamMs = -1;
     this.#start = performance.now();
     round.pool.dispatch(round.options, this);
   }
@@ -170,8 +181,8 @@ class Worker implements Dispatcher.DispatchHandler {
     this.#status = statusCode;
     const timing = headers['server-timing'];
     if (typeof timing === 'string') {
-      const at = timing.indexOf('admit;dur=');
-      if (at !== -1) this.#admitMs = Number.parseFloat(timing.slice(at + 10));
+      this.#admitMs = timingEntry(timing, 'admit');
+      this.#upstreamMs = timingEntry(timing, 'upstream');
     }
     for (const [name, value] of this.#round.expect) {
       if (headers[name] !== value)
@@ -202,6 +213,11 @@ class Worker implements Dispatcher.DispatchHandler {
       round.latency.push(end - this.#start);
       round.ttfb?.push(this.#first - this.#start);
       if (this.#admitMs >= 0) round.admit.push(this.#admitMs);
+      // A stream's Server-Timing leaves with its headers, before the upstream call has ended.
+      if (this.#upstreamMs >= 0 && !round.stream) {
+        round.upstream.push(this.#upstreamMs);
+        round.beside.push(end - this.#start - this.#upstreamMs - Math.max(0, this.#admitMs));
+      }
     }
     queueMicrotask(this.#next);
   }
@@ -212,6 +228,12 @@ class Worker implements Dispatcher.DispatchHandler {
     queueMicrotask(this.#next);
   }
 }
+
+/** A `Server-Timing` entry's duration in ms (`name;dur=1.23`), or -1 when the header has none. */
+const timingEntry = (header: string, name: string): number => {
+  const at = header.indexOf(`${name};dur=`);
+  return at === -1 ? -1 : Number.parseFloat(header.slice(at + name.length + 5));
+};
 
 /** Runs one closed-loop round against `endpoint` and resolves once every worker has stopped. */
 export const runRound = (endpoint: Endpoint, options: RoundOptions): Promise<RoundResult> =>
@@ -229,6 +251,8 @@ export const runRound = (endpoint: Endpoint, options: RoundOptions): Promise<Rou
         latency: round.latency,
         ttfb: round.ttfb,
         admit: round.admit,
+        upstream: round.upstream,
+        beside: round.beside,
       }),
     );
     for (let i = 0; i < options.concurrency; i++) new Worker(round).send();
