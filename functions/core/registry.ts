@@ -140,7 +140,11 @@ export class Catalog {
     const model = this.models.get(modelId);
     if (model?.status !== 'active') throw new ModelNotFoundError(modelId);
     if (model.kind !== kind) {
-      throw new ModelNotFoundError(modelId, `is not a ${kind} model and cannot be used with this endpoint`);
+      const article = kind === 'embedding' ? 'an' : 'a';
+      throw new ModelNotFoundError(
+        modelId,
+        `is not ${article} ${kind} model and cannot be used with this endpoint`,
+      );
     }
     const deployments = this.#deployments.get(modelId) ?? [];
     if (deployments.length === 0) {

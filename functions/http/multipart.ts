@@ -16,8 +16,11 @@ export const parseMultipart = async (
   contentType: string | undefined,
 ): Promise<MultipartForm> => {
   if (!contentType || !/^multipart\/form-data\s*;.*\bboundary=/i.test(contentType)) {
+    const type = (contentType ?? '').split(';')[0]?.trim() ?? '';
     throw new InvalidRequestError(
-      `Unsupported Content-Type "${(contentType ?? '').split(';')[0]}": send the request as multipart/form-data.`,
+      /^multipart\/form-data$/i.test(type)
+        ? 'The Content-Type multipart/form-data lacks its boundary parameter; let your HTTP client set the header.'
+        : `Unsupported Content-Type "${type}": send the request as multipart/form-data.`,
       'invalid_content_type',
     );
   }

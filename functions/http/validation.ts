@@ -12,7 +12,9 @@ export const paramName = (path: readonly PropertyKey[]): string =>
 /**
  * Turns the first schema issue into an OpenAI-shaped 400 that names the parameter at fault.
  * An unknown top-level parameter is `unsupported_parameter` (the whitelist); a missing one
- * `missing_required_parameter`; everything else `invalid_value` / `invalid_type`.
+ * `missing_required_parameter`; one of the wrong type `invalid_type`; everything else `invalid_value`.
+ * Needs the issues' inputs (`reportInput`): only they tell a parameter that is absent from one that is there
+ * with the wrong type.
  */
 export const invalidRequest = (error: z.ZodError): InvalidRequestError => {
   const issue = error.issues[0];
@@ -36,18 +38,64 @@ export const invalidRequest = (error: z.ZodError): InvalidRequestError => {
     );
   }
   const param = paramName(issue.path) || null;
-  if (issue.code === 'invalid_type' && issue.input === undefined) {
-    return new InvalidRequestError(`Missing required parameter: '${param}'.`, 'missing_required_parameter', {
+  if (issue.code === 'invalid_type') {
+    if (param === null) {
+      return new InvalidRequestError(
+        `The request body must be a JSON object, but got ${kindOf(issue.input)} instead.`,
+        'invalid_type',
+      );
+    }
+    if (issue.input === undefined) {
+      return new InvalidRequestError(
+        `Missing required parameter: '${param}'.`,
+        'missing_required_parameter',
+        {
+          param,
+        },
+      );
+    }
+    // zod's own wording ("Invalid input: expected …") in OpenAI's; a schema's own message as it is written.
+    if (issue.message.startsWith('Invalid input')) {
+      return new InvalidRequestError(
+        `Invalid type for '${param}': expected ${EXPECTED[issue.expected] ?? issue.expected}, but got ${kindOf(issue.input)} instead.`,
+        'invalid_type',
+        { param },
+      );
+    }
+    return new InvalidRequestError(`Invalid value for '${param}': ${issue.message}`, 'invalid_type', {
       param,
     });
   }
-  const code = issue.code === 'invalid_type' ? 'invalid_type' : 'invalid_value';
-  return new InvalidRequestError(`Invalid value for '${param ?? 'body'}': ${issue.message}`, code, { param });
+  return new InvalidRequestError(
+    `Invalid value for '${param ?? 'body'}': ${issue.message}`,
+    'invalid_value',
+    {
+      param,
+    },
+  );
+};
+
+/** zod's names of the JSON types, as OpenAI's errors say them. */
+const EXPECTED: Readonly<Record<string, string>> = {
+  string: 'a string',
+  number: 'a number',
+  int: 'an integer',
+  boolean: 'a boolean',
+  object: 'an object',
+  array: 'an array',
+};
+
+/** What a parsed JSON value is, in the same words. */
+const kindOf = (value: unknown): string => {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'number') return Number.isInteger(value) ? 'an integer' : 'a number';
+  return EXPECTED[typeof value] ?? typeof value;
 };
 
 /** Parses with a schema, throwing the 400 above on failure. */
 export const parseWith = <T>(schema: z.ZodType<T>, input: unknown): T => {
-  const result = schema.safeParse(input);
+  const result = schema.safeParse(input, { reportInput: true });
   if (!result.success) throw invalidRequest(result.error);
   return result.data;
 };

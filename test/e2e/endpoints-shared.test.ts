@@ -28,6 +28,8 @@ interface Options {
 interface Case {
   readonly endpoint: string;
   readonly model: string;
+  /** The endpoint's kind of model, as its 404 for another kind names it. */
+  readonly kind: string;
   readonly call: (options: Options) => Promise<Response>;
   /** Checks a successful response's body. */
   readonly ok: (response: Response) => Promise<void>;
@@ -48,6 +50,7 @@ const cases: Case[] = [
   {
     endpoint: '/chat/completions',
     model: 'famA-v4.1-flash',
+    kind: 'a chat',
     call: (o) =>
       json('/chat/completions', {
         model: 'famA-v4.1-flash',
@@ -59,12 +62,14 @@ const cases: Case[] = [
   {
     endpoint: '/embeddings',
     model: 'svc-embed',
+    kind: 'an embedding',
     call: (o) => json('/embeddings', { model: 'svc-embed', input: 'hello world' })(o),
     ok: async (r) => expect(((await r.json()) as { data: unknown[] }).data).toHaveLength(1),
   },
   {
     endpoint: '/audio/transcriptions',
     model: 'svc-stt',
+    kind: 'a transcription',
     call: (o) => {
       const form = new FormData();
       form.set('file', new Blob([WAV], { type: 'audio/wav' }), 'hello.wav');
@@ -81,6 +86,7 @@ const cases: Case[] = [
   {
     endpoint: '/audio/speech',
     model: 'svc-tts',
+    kind: 'a speech',
     call: (o) =>
       json('/audio/speech', {
         model: 'svc-tts',
@@ -103,9 +109,13 @@ const cases: Case[] = [
 const account = (usd?: number) => newAccount(t, usd ? { usd } : {});
 
 const errorOf = async (response: Response) =>
-  ((await response.json()) as { error: { type: string; code: string | null; param: string | null } }).error;
+  (
+    (await response.json()) as {
+      error: { type: string; code: string | null; param: string | null; message: string };
+    }
+  ).error;
 
-describe.each(cases)('POST /v1$endpoint, as chat', ({ model, call, ok }) => {
+describe.each(cases)('POST /v1$endpoint, as chat', ({ model, kind, call, ok }) => {
   it('serves the call, with the request id, the serving provider and the limit headers', async () => {
     const { key } = await account(5);
     const response = await call({ key });
@@ -138,11 +148,16 @@ describe.each(cases)('POST /v1$endpoint, as chat', ({ model, call, ok }) => {
 
   it('answers 404 model_not_found for an unknown model and for a model of another kind', async () => {
     const { key } = await account(5);
-    for (const other of ['famZ-nonexistent', model === 'famA-v4.1-flash' ? 'svc-embed' : 'famA-v4.1-flash']) {
-      const response = await call({ key, model: other });
-      expect(response.status).toBe(404);
-      expect(await errorOf(response)).toMatchObject({ code: 'model_not_found' });
-    }
+    const unknown = await call({ key, model: 'famZ-nonexistent' });
+    expect(unknown.status).toBe(404);
+    expect(await errorOf(unknown)).toMatchObject({ code: 'model_not_found' });
+    const other = model === 'famA-v4.1-flash' ? 'svc-embed' : 'famA-v4.1-flash';
+    const otherKind = await call({ key, model: other });
+    expect(otherKind.status).toBe(404);
+    expect(await errorOf(otherKind)).toMatchObject({
+      code: 'model_not_found',
+      message: `The model \`${other}\` is not ${kind} model and cannot be used with this endpoint.`,
+    });
   });
 
   it('refuses with 402 when the wallet cannot cover the hold, and calls no upstream', async () => {

@@ -82,6 +82,42 @@ describe('types and ranges', () => {
     expect(rejection({ ...valid, [param]: value }).param).toBe(param);
   });
 
+  it('tells a parameter of the wrong type from a missing one', () => {
+    expect(rejection({ ...valid, stream: 'yes' })).toMatchObject({
+      code: 'invalid_type',
+      param: 'stream',
+      message: "Invalid type for 'stream': expected a boolean, but got a string instead.",
+    });
+    expect(rejection({ ...valid, stream_options: { include_usage: 1 } })).toMatchObject({
+      code: 'invalid_type',
+      param: 'stream_options.include_usage',
+      message:
+        "Invalid type for 'stream_options.include_usage': expected a boolean, but got an integer instead.",
+    });
+    // A schema's own wording is kept; the code still says it is the type that is wrong.
+    expect(rejection({ ...valid, messages: 'hi' })).toMatchObject({
+      code: 'invalid_type',
+      param: 'messages',
+      message: "Invalid value for 'messages': must be an array of messages",
+    });
+    for (const [param, value] of [
+      ['model', 7],
+      ['seed', 'x'],
+      ['max_tokens', 1.5],
+    ] as const)
+      expect(rejection({ ...valid, [param]: value })).toMatchObject({ code: 'invalid_type', param });
+  });
+
+  it('refuses a body that is not a JSON object, saying what it is', () => {
+    expect(rejection([])).toMatchObject({
+      code: 'invalid_type',
+      param: null,
+      message: 'The request body must be a JSON object, but got an array instead.',
+    });
+    expect(rejection(null).message).toBe('The request body must be a JSON object, but got null instead.');
+    expect(rejection('hi').message).toBe('The request body must be a JSON object, but got a string instead.');
+  });
+
   it('accepts the temperature bounds 0 and 2', () => {
     expect(parseChatRequest({ ...valid, temperature: 0 }).temperature).toBe(0);
     expect(parseChatRequest({ ...valid, temperature: 2 }).temperature).toBe(2);

@@ -43,6 +43,14 @@ describe('multipart', () => {
       parseMultipart(Buffer.from('garbage'), 'multipart/form-data; boundary=xyz'),
     ).rejects.toBeInstanceOf(InvalidRequestError);
   });
+
+  it('says what is wrong with a multipart/form-data type that has no boundary', async () => {
+    // A client that sets the header by hand drops the boundary its HTTP library would have added.
+    await expect(parseMultipart(Buffer.from('--zz--'), 'multipart/form-data')).rejects.toMatchObject({
+      code: 'invalid_content_type',
+      message: expect.stringContaining('lacks its boundary parameter'),
+    });
+  });
 });
 
 describe('parseTranscriptionRequest', () => {
