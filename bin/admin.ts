@@ -21,6 +21,7 @@ import { parseArgs } from 'node:util';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
+import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { NANO_PER_USD, usdToNano } from '#core/pricing.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
@@ -134,9 +135,16 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       }
       case 'wallet topup': {
         const id = need(0, 'ACCOUNT_ID');
-        const amount = Number(need(1, 'USD'));
-        if (!Number.isFinite(amount) || amount < MIN_TOP_UP_USD)
-          throw new UsageError(`top-ups are at least ${MIN_TOP_UP_USD} USD`);
+        const given = need(1, 'USD');
+        // A payment's amount: digits with at most nine decimals (the ledger's nano-dollar), nothing rounded away.
+        if (!/^\d+(?:\.\d{1,9})?$/.test(given))
+          throw new UsageError(`USD must be an amount such as 25 or 12.50, got "${given}"`);
+        const amount = Number(given);
+        if (amount < MIN_TOP_UP_USD) throw new UsageError(`top-ups are at least ${MIN_TOP_UP_USD} USD`);
+        if (usdToNano(amount) > MAX_BALANCE_NANO)
+          throw new UsageError(
+            `a top-up is at most ${MAX_BALANCE_NANO / NANO_PER_USD} USD, the most a wallet holds`,
+          );
         if (!values.reference)
           throw new UsageError(
             '--reference (the payment reference) is required: it makes the top-up happen once',

@@ -6,6 +6,7 @@
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
 import { TUNABLE_ENV } from '#functions/config.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
@@ -27,8 +28,15 @@ if (env.DEMO_API_KEY && !isWellFormedKey(env.DEMO_API_KEY)) {
   fail('DEMO_API_KEY must be svc_live_ followed by 16–128 letters or digits');
 }
 const demoBalanceUsd = Number(env.DEMO_BALANCE_USD ?? DEFAULT_DEMO_BALANCE_USD);
-if (!Number.isFinite(demoBalanceUsd) || (demoBalanceUsd !== 0 && demoBalanceUsd < 1)) {
-  fail(`DEMO_BALANCE_USD must be 0 or at least 1 (the minimum top-up), got "${env.DEMO_BALANCE_USD}"`);
+const maxBalanceUsd = MAX_BALANCE_NANO / 1e9;
+if (
+  !Number.isFinite(demoBalanceUsd) ||
+  (demoBalanceUsd !== 0 && demoBalanceUsd < 1) ||
+  demoBalanceUsd > maxBalanceUsd
+) {
+  fail(
+    `DEMO_BALANCE_USD must be 0 or from 1 (the minimum top-up) to ${maxBalanceUsd} (the most a wallet holds), got "${env.DEMO_BALANCE_USD}"`,
+  );
 }
 // Gateway instances on the port (each its own container, as concurrent Lambda instances are). One by default:
 // on a 2-CPU machine a second one raised throughput with 64 clients a little but lengthened the p99 tail

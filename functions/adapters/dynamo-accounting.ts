@@ -13,6 +13,7 @@ import {
   type AdmitPlan,
   type AdmitResult,
   applyTopUp,
+  MAX_BALANCE_NANO,
   type SettlementPlan,
   type SettleOutcome,
   splitCharge,
@@ -463,7 +464,7 @@ export class DynamoAccounting implements AccountingStore {
   async topUp(input: { accountId: string; amount: number; reference: string; at: number }): Promise<boolean> {
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
       const before = await this.wallet(input.accountId);
-      const { collected, credited } = applyTopUp(input.amount, before.owed);
+      const { collected, credited } = applyTopUp(input.amount, before.owed, before.balance);
       const account = accountKey(input.accountId);
       const items: TransactWriteItem[] = [
         {
@@ -485,12 +486,15 @@ export class DynamoAccounting implements AccountingStore {
             Key: walletKey(input.accountId),
             UpdateExpression:
               'SET balance = if_not_exists(balance, :zero) + :credited, available = if_not_exists(available, :zero) + :credited, owed = :owed',
-            // What is owed must be what we read, or the collection above would be wrong.
-            ConditionExpression:
-              before.owed === 0 ? 'attribute_not_exists(owed) OR owed = :zero' : 'owed = :seen',
+            // What is owed must be what we read, or the collection above would be wrong; and the balance must
+            // still leave room for the credit (a concurrent top-up may have used it: re-read and re-check).
+            ConditionExpression: `(${
+              before.owed === 0 ? 'attribute_not_exists(owed) OR owed = :zero' : 'owed = :seen'
+            }) AND (attribute_not_exists(balance) OR balance <= :room)`,
             ExpressionAttributeValues: {
               ':zero': N(0),
               ':credited': N(credited),
+              ':room': N(MAX_BALANCE_NANO - credited),
               ':owed': N(before.owed - collected),
               ...(before.owed === 0 ? {} : { ':seen': N(before.owed) }),
             },

@@ -108,8 +108,37 @@ export const splitCharge = (
   return cost <= payable ? { charge: cost, owed: 0 } : { charge: payable, owed: cost - payable };
 };
 
-/** How much of a top-up goes to what the account owes, and how much to its balance. */
-export const applyTopUp = (amount: number, owed: number): { collected: number; credited: number } => {
+/**
+ * The most a wallet may hold: 5 million USD. Money is a plain number of nano-dollars on the hot path, exact only
+ * up to 2⁵³ (about 9 million USD; ADR 0002); refusing top-ups past this keeps every balance, hold and sum of them
+ * exact, with room to spare.
+ */
+export const MAX_BALANCE_NANO = 5_000_000 * 1_000_000_000;
+
+/** A top-up that would take a wallet past MAX_BALANCE_NANO. */
+export class BalanceCeilingError extends Error {
+  readonly balance: number;
+
+  constructor(balance: number) {
+    super(
+      `this top-up would take the balance past ${MAX_BALANCE_NANO / 1e9} USD, the most a wallet holds (balance now ${balance / 1e9} USD)`,
+    );
+    this.name = 'BalanceCeilingError';
+    this.balance = balance;
+  }
+}
+
+/**
+ * How much of a top-up goes to what the account owes, and how much to its balance. Throws BalanceCeilingError
+ * when the credit would take the balance past MAX_BALANCE_NANO.
+ */
+export const applyTopUp = (
+  amount: number,
+  owed: number,
+  balance: number,
+): { collected: number; credited: number } => {
   const collected = Math.min(owed, amount);
-  return { collected, credited: amount - collected };
+  const credited = amount - collected;
+  if (balance + credited > MAX_BALANCE_NANO) throw new BalanceCeilingError(balance);
+  return { collected, credited };
 };

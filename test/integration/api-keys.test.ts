@@ -60,6 +60,24 @@ describe('API keys through the admin CLI', () => {
     expect((await chat(key)).status).toBe(200);
   });
 
+  it('refuses a top-up amount it would round or could not hold, crediting nothing', async () => {
+    const balance = async () =>
+      (JSON.parse(await admin('wallet', 'show', accountId)) as { balanceUsd: string }).balanceUsd;
+    const before = await balance();
+    for (const [amount, message] of [
+      ['abc', 'USD must be an amount such as 25 or 12.50'],
+      ['1e3', 'USD must be an amount such as 25 or 12.50'],
+      ['1.0000000001', 'USD must be an amount such as 25 or 12.50'],
+      ['0.99', 'top-ups are at least 1 USD'],
+      ['5000000.000000001', 'a top-up is at most 5000000 USD'],
+    ] as const) {
+      await expect(
+        admin('wallet', 'topup', accountId, amount, '--reference', `pay_bad_${amount}`),
+      ).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining(message) });
+    }
+    expect(await balance()).toBe(before);
+  });
+
   it('stores only the SHA-256 of a key, never the key', async () => {
     const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
     const { Items = [] } = await client.send(

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { BalanceCeilingError, MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { Admission } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
 import { InsufficientBalanceError } from '#core/errors.ts';
@@ -66,6 +67,27 @@ describe('top-ups', () => {
     );
     expect((await h.accounting.wallet(id)).balance).toBe(0);
     expect((await h.accounts.getAccount(id))?.tier).toBe('trusted');
+  });
+
+  it('stop at the most a wallet holds, so money stays exact; racing top-ups cannot pass it together', async () => {
+    const id = await newAccount();
+    const topUp = (amount: number, reference: string) =>
+      h.accounting.topUp({ accountId: id, amount, reference: `${reference}-${id}`, at: h.clock.now() });
+    const half = MAX_BALANCE_NANO / 2;
+    // Each fits alone; the wallet's condition lets only one of them in.
+    const raced = await Promise.allSettled([topUp(half + 1, 'a'), topUp(half + 1, 'b')]);
+    expect(raced.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    const refused = raced.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+    expect(refused.reason).toBeInstanceOf(BalanceCeilingError);
+    expect((await h.accounting.wallet(id)).balance).toBe(half + 1);
+    // Up to the ceiling exactly is fine; one nano-dollar more is refused and changes nothing.
+    await expect(topUp(half - 1, 'c')).resolves.toBe(true);
+    await expect(topUp(1, 'd')).rejects.toBeInstanceOf(BalanceCeilingError);
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: MAX_BALANCE_NANO,
+      available: MAX_BALANCE_NANO,
+      owed: 0,
+    });
   });
 });
 
