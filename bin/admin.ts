@@ -136,12 +136,14 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       case 'wallet topup': {
         const id = need(0, 'ACCOUNT_ID');
         const given = need(1, 'USD');
-        // A payment's amount: digits with at most nine decimals (the ledger's nano-dollar), nothing rounded away.
-        if (!/^\d+(?:\.\d{1,9})?$/.test(given))
-          throw new UsageError(`USD must be an amount such as 25 or 12.50, got "${given}"`);
-        const amount = Number(given);
-        if (amount < MIN_TOP_UP_USD) throw new UsageError(`top-ups are at least ${MIN_TOP_UP_USD} USD`);
-        if (usdToNano(amount) > MAX_BALANCE_NANO)
+        // A payment's amount: digits with at most nine decimals (the ledger's nano-dollar), read digit for digit
+        // (not through a float) so nothing is rounded away.
+        const decimal = /^(\d+)(?:\.(\d{1,9}))?$/.exec(given);
+        if (!decimal) throw new UsageError(`USD must be an amount such as 25 or 12.50, got "${given}"`);
+        const amount = Number(decimal[1]) * NANO_PER_USD + Number((decimal[2] ?? '').padEnd(9, '0'));
+        if (amount < usdToNano(MIN_TOP_UP_USD))
+          throw new UsageError(`top-ups are at least ${MIN_TOP_UP_USD} USD`);
+        if (amount > MAX_BALANCE_NANO)
           throw new UsageError(
             `a top-up is at most ${MAX_BALANCE_NANO / NANO_PER_USD} USD, the most a wallet holds`,
           );
@@ -151,7 +153,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
           );
         const credited = await accounting.topUp({
           accountId: id,
-          amount: usdToNano(amount),
+          amount,
           reference: values.reference,
           at: Date.now(),
         });

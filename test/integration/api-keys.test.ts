@@ -60,7 +60,7 @@ describe('API keys through the admin CLI', () => {
     expect((await chat(key)).status).toBe(200);
   });
 
-  it('refuses a top-up amount it would round or could not hold, crediting nothing', async () => {
+  it('refuses a top-up amount it would round or could not hold, crediting nothing, and credits the rest exactly', async () => {
     const balance = async () =>
       (JSON.parse(await admin('wallet', 'show', accountId)) as { balanceUsd: string }).balanceUsd;
     const before = await balance();
@@ -76,6 +76,11 @@ describe('API keys through the admin CLI', () => {
       ).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining(message) });
     }
     expect(await balance()).toBe(before);
+    // Nine decimals are the ledger's own precision: credited to the nano-dollar. Through a float this one
+    // came out 1 nano-dollar high.
+    const nano = (usd: string) => Number(usd.replace('.', ''));
+    await admin('wallet', 'topup', accountId, '4341553.41828889', '--reference', 'pay_ada_exact');
+    expect(nano(await balance()) - nano(before)).toBe(4_341_553_418_288_890);
   });
 
   it('stores only the SHA-256 of a key, never the key', async () => {
