@@ -106,6 +106,12 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
     if (!value) throw new UsageError(`missing ${what}\n${USAGE}`);
     return value;
   };
+  /** An account id that names an account: a typo must not read as an empty wallet or a keyless account. */
+  const existing = async (i: number): Promise<string> => {
+    const id = need(i, 'ACCOUNT_ID');
+    if (!(await accounts.getAccount(id))) throw new UsageError(`no account ${id}`);
+    return id;
+  };
   try {
     switch (`${group} ${command}`) {
       case 'accounts create': {
@@ -115,11 +121,8 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         });
         return JSON.stringify(account, null, 2);
       }
-      case 'accounts show': {
-        const account = await accounts.getAccount(need(0, 'ACCOUNT_ID'));
-        if (!account) throw new UsageError(`no account ${args[0]}`);
-        return JSON.stringify(account, null, 2);
-      }
+      case 'accounts show':
+        return JSON.stringify(await accounts.getAccount(await existing(0)), null, 2);
       case 'accounts quota': {
         const id = need(0, 'ACCOUNT_ID');
         const quota = {
@@ -161,7 +164,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         return `${credited ? 'credited' : 'already credited (same reference)'}: balance ${usd(wallet.balance)} USD, available ${usd(wallet.available)} USD`;
       }
       case 'wallet show': {
-        const report = await accounting.report(need(0, 'ACCOUNT_ID'));
+        const report = await accounting.report(await existing(0));
         return JSON.stringify(
           {
             balanceUsd: usd(report.balance),
@@ -190,7 +193,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         return `${key}\n\nThis is the only time the key is shown; only its SHA-256 hash is stored (prefix ${info.prefix}).`;
       }
       case 'keys list':
-        return JSON.stringify(await accounts.listKeys(need(0, 'ACCOUNT_ID')), null, 2);
+        return JSON.stringify(await accounts.listKeys(await existing(0)), null, 2);
       case 'keys revoke': {
         const revoked = await accounts.revokeKey(need(0, 'ACCOUNT_ID'), need(1, 'KEY_PREFIX'));
         if (revoked === 0) throw new UsageError(`no active key with prefix ${args[1]} on account ${args[0]}`);

@@ -83,6 +83,19 @@ describe('API keys through the admin CLI', () => {
     expect(nano(await balance()) - nano(before)).toBe(4_341_553_418_288_890);
   });
 
+  it('says so when an account id names no account, rather than showing an empty wallet or key list', async () => {
+    for (const command of [
+      ['wallet', 'show'],
+      ['keys', 'list'],
+      ['accounts', 'show'],
+    ]) {
+      await expect(admin(...command, 'acct_typo0000')).rejects.toMatchObject({
+        code: 2,
+        stderr: expect.stringContaining('no account acct_typo0000'),
+      });
+    }
+  });
+
   it('stores only the SHA-256 of a key, never the key', async () => {
     const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
     const { Items = [] } = await client.send(
