@@ -92,11 +92,24 @@ export function createChatEndpoint(options: ChatEndpointOptions = {}): ApiEndpoi
           status: 400,
           model,
           stream,
-          error: invalidRequestError(
-            "Missing required parameter: 'messages'.",
-            'messages',
-            'missing_required_parameter',
-          ),
+          error:
+            messages === undefined
+              ? invalidRequestError(
+                  "Missing required parameter: 'messages'.",
+                  'messages',
+                  'missing_required_parameter',
+                )
+              : invalidRequestError(
+                  `Invalid type for 'messages': expected an array, but got ${
+                    messages === null
+                      ? 'null'
+                      : typeof messages === 'object'
+                        ? 'an object'
+                        : `a ${typeof messages}`
+                  } instead.`,
+                  'messages',
+                  'invalid_type',
+                ),
         };
       }
       const n = body.n ?? 1;

@@ -382,6 +382,19 @@ describe('request validation', () => {
     });
   });
 
+  test('tells messages of the wrong type from missing ones', async () => {
+    const response = await postChat(sim().url, { model: 'gpt-4o', messages: 'hi' });
+    expect(response.status).toBe(400);
+    expect(await response.json()).toEqual({
+      error: {
+        message: "Invalid type for 'messages': expected an array, but got a string instead.",
+        type: 'invalid_request_error',
+        param: 'messages',
+        code: 'invalid_type',
+      },
+    });
+  });
+
   test('ignores fields it does not know', async () => {
     await complete(
       userChat('Extra fields', { temperature: 0.2, user: 'u1', metadata: { a: 'b' }, stop: ['x'] }),
