@@ -38,20 +38,17 @@ export const invalidRequest = (error: z.ZodError): InvalidRequestError => {
     );
   }
   const param = paramName(issue.path) || null;
+  // Whatever the check that failed (a type, an enum, a union), a parameter that is not there is missing.
+  if (param !== null && issue.input === undefined) {
+    return new InvalidRequestError(`Missing required parameter: '${param}'.`, 'missing_required_parameter', {
+      param,
+    });
+  }
   if (issue.code === 'invalid_type') {
     if (param === null) {
       return new InvalidRequestError(
         `The request body must be a JSON object, but got ${kindOf(issue.input)} instead.`,
         'invalid_type',
-      );
-    }
-    if (issue.input === undefined) {
-      return new InvalidRequestError(
-        `Missing required parameter: '${param}'.`,
-        'missing_required_parameter',
-        {
-          param,
-        },
       );
     }
     // zod's own wording ("Invalid input: expected …") in OpenAI's; a schema's own message as it is written.

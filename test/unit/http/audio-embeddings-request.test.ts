@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { InvalidRequestError } from '#core/errors.ts';
+import { parseEmbeddingsRequest } from '#http/schemas/embeddings.ts';
+import { parseSpeechRequest } from '#http/schemas/speech.ts';
+
+const rejection = (parse: (body: unknown) => unknown, body: unknown): InvalidRequestError => {
+  try {
+    parse(body);
+  } catch (error) {
+    if (error instanceof InvalidRequestError) return error;
+    throw error;
+  }
+  throw new Error('expected the body to be refused');
+};
+
+describe('a missing parameter is named as missing, whatever kind of check it fails', () => {
+  it.each([
+    ['speech voice (an enum)', parseSpeechRequest, { model: 'svc-tts', input: 'hi' }, 'voice'],
+    [
+      'speech input (a string with a length check)',
+      parseSpeechRequest,
+      { model: 'svc-tts', voice: 'alloy' },
+      'input',
+    ],
+    ['embeddings input (a union)', parseEmbeddingsRequest, { model: 'svc-embed' }, 'input'],
+  ])('%s', (_name, parse, body, param) => {
+    expect(rejection(parse, body)).toMatchObject({
+      code: 'missing_required_parameter',
+      param,
+      message: `Missing required parameter: '${param}'.`,
+    });
+  });
+
+  it('while a present value of the wrong kind is invalid, not missing', () => {
+    expect(rejection(parseSpeechRequest, { model: 'svc-tts', input: 'hi', voice: 'nobody' })).toMatchObject({
+      code: 'invalid_value',
+      param: 'voice',
+    });
+    expect(rejection(parseEmbeddingsRequest, { model: 'svc-embed', input: 5 })).toMatchObject({
+      code: 'invalid_value',
+      param: 'input',
+    });
+    expect(rejection(parseSpeechRequest, { model: 'svc-tts', input: 5, voice: 'alloy' })).toMatchObject({
+      code: 'invalid_type',
+      param: 'input',
+    });
+  });
+});
