@@ -13,10 +13,10 @@ export const paramName = (path: readonly PropertyKey[]): string =>
  * Turns the first schema issue into an OpenAI-shaped 400 that names the parameter at fault.
  * An unknown top-level parameter is `unsupported_parameter` (the whitelist); a missing one
  * `missing_required_parameter`; one of the wrong type `invalid_type`; everything else `invalid_value`.
- * Needs the issues' inputs (`reportInput`): only they tell a parameter that is absent from one that is there
- * with the wrong type.
+ * Needs the issues' inputs (`reportInput`, which parseWith sets): only they tell a parameter that is absent from
+ * one that is there with the wrong type — hence not exported.
  */
-export const invalidRequest = (error: z.ZodError): InvalidRequestError => {
+const invalidRequest = (error: z.ZodError): InvalidRequestError => {
   const issue = error.issues[0];
   if (!issue) return new InvalidRequestError('Invalid request body.', 'invalid_value');
   if (issue.code === 'unrecognized_keys') {
