@@ -1,17 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidRequestError } from '#core/errors.ts';
 import { parseEmbeddingsRequest } from '#http/schemas/embeddings.ts';
 import { parseSpeechRequest } from '#http/schemas/speech.ts';
-
-const rejection = (parse: (body: unknown) => unknown, body: unknown): InvalidRequestError => {
-  try {
-    parse(body);
-  } catch (error) {
-    if (error instanceof InvalidRequestError) return error;
-    throw error;
-  }
-  throw new Error('expected the body to be refused');
-};
+import { refusal as rejection } from '#test/refusal.ts';
 
 describe('a missing parameter is named as missing, whatever kind of check it fails', () => {
   it.each([

@@ -1,18 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidRequestError } from '#core/errors.ts';
 import { parseChatRequest } from '#http/schemas/chat-completions.ts';
+import { refusal } from '#test/refusal.ts';
 
 const valid = { model: 'm', messages: [{ role: 'user', content: 'hi' }] };
 
-const rejection = (body: unknown): InvalidRequestError => {
-  try {
-    parseChatRequest(body);
-  } catch (error) {
-    if (error instanceof InvalidRequestError) return error;
-    throw error;
-  }
-  throw new Error('expected the body to be refused');
-};
+const rejection = (body: unknown) => refusal(parseChatRequest, body);
 
 describe('the chat completions whitelist', () => {
   it('accepts every parameter of spec §4', () => {
