@@ -22,7 +22,7 @@ import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynam
 import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
-import { NANO_PER_USD, usdToNano } from '#core/pricing.ts';
+import { NANO_PER_USD, nanoToUsd, parseUsd, usdToNano } from '#core/pricing.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readStackFile } from '#local/stack-file.ts';
@@ -106,11 +106,12 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
     if (!value) throw new UsageError(`missing ${what}\n${USAGE}`);
     return value;
   };
-  /** An account id that names an account: a typo must not read as an empty wallet or a keyless account. */
-  const existing = async (i: number): Promise<string> => {
+  /** The account an id names: a typo must not read as an empty wallet or a keyless account. */
+  const existing = async (i: number) => {
     const id = need(i, 'ACCOUNT_ID');
-    if (!(await accounts.getAccount(id))) throw new UsageError(`no account ${id}`);
-    return id;
+    const account = await accounts.getAccount(id);
+    if (!account) throw new UsageError(`no account ${id}`);
+    return account;
   };
   try {
     switch (`${group} ${command}`) {
@@ -122,7 +123,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         return JSON.stringify(account, null, 2);
       }
       case 'accounts show':
-        return JSON.stringify(await accounts.getAccount(await existing(0)), null, 2);
+        return JSON.stringify(await existing(0), null, 2);
       case 'accounts quota': {
         const id = need(0, 'ACCOUNT_ID');
         const quota = {
@@ -139,16 +140,14 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       case 'wallet topup': {
         const id = need(0, 'ACCOUNT_ID');
         const given = need(1, 'USD');
-        // A payment's amount: digits with at most nine decimals (the ledger's nano-dollar), read digit for digit
-        // (not through a float) so nothing is rounded away.
-        const decimal = /^(\d+)(?:\.(\d{1,9}))?$/.exec(given);
-        if (!decimal) throw new UsageError(`USD must be an amount such as 25 or 12.50, got "${given}"`);
-        const amount = Number(decimal[1]) * NANO_PER_USD + Number((decimal[2] ?? '').padEnd(9, '0'));
+        const amount = parseUsd(given);
+        if (amount === null)
+          throw new UsageError(`USD must be an amount such as 25 or 12.50, got "${given}"`);
         if (amount < usdToNano(MIN_TOP_UP_USD))
           throw new UsageError(`top-ups are at least ${MIN_TOP_UP_USD} USD`);
         if (amount > MAX_BALANCE_NANO)
           throw new UsageError(
-            `a top-up is at most ${MAX_BALANCE_NANO / NANO_PER_USD} USD, the most a wallet holds`,
+            `a top-up is at most ${nanoToUsd(MAX_BALANCE_NANO)} USD, the most a wallet holds`,
           );
         if (!values.reference)
           throw new UsageError(
@@ -164,7 +163,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         return `${credited ? 'credited' : 'already credited (same reference)'}: balance ${usd(wallet.balance)} USD, available ${usd(wallet.available)} USD`;
       }
       case 'wallet show': {
-        const report = await accounting.report(await existing(0));
+        const report = await accounting.report((await existing(0)).id);
         return JSON.stringify(
           {
             balanceUsd: usd(report.balance),
@@ -193,7 +192,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         return `${key}\n\nThis is the only time the key is shown; only its SHA-256 hash is stored (prefix ${info.prefix}).`;
       }
       case 'keys list':
-        return JSON.stringify(await accounts.listKeys(await existing(0)), null, 2);
+        return JSON.stringify(await accounts.listKeys((await existing(0)).id), null, 2);
       case 'keys revoke': {
         const revoked = await accounts.revokeKey(need(0, 'ACCOUNT_ID'), need(1, 'KEY_PREFIX'));
         if (revoked === 0) throw new UsageError(`no active key with prefix ${args[1]} on account ${args[0]}`);

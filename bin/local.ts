@@ -8,6 +8,7 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
+import { nanoToUsd } from '#core/pricing.ts';
 import { TUNABLE_ENV } from '#functions/config.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { STACK_FILE } from '#local/stack-file.ts';
@@ -28,7 +29,7 @@ if (env.DEMO_API_KEY && !isWellFormedKey(env.DEMO_API_KEY)) {
   fail('DEMO_API_KEY must be svc_live_ followed by 16–128 letters or digits');
 }
 const demoBalanceUsd = Number(env.DEMO_BALANCE_USD ?? DEFAULT_DEMO_BALANCE_USD);
-const maxBalanceUsd = MAX_BALANCE_NANO / 1e9;
+const maxBalanceUsd = nanoToUsd(MAX_BALANCE_NANO);
 if (
   !Number.isFinite(demoBalanceUsd) ||
   (demoBalanceUsd !== 0 && demoBalanceUsd < 1) ||

@@ -63,6 +63,10 @@ interface Usage {
 }
 
 /** Creates the chat completions endpoint. */
+/** What a parsed JSON value (not an array) is, as OpenAI's type errors say it. */
+const jsonKind = (value: unknown): string =>
+  value === null ? 'null' : typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+
 export function createChatEndpoint(options: ChatEndpointOptions = {}): ApiEndpoint {
   const cachingModels = new Set(options.promptCachingModels ?? []);
   const promptCache = new PromptCache();
@@ -100,13 +104,7 @@ export function createChatEndpoint(options: ChatEndpointOptions = {}): ApiEndpoi
                   'missing_required_parameter',
                 )
               : invalidRequestError(
-                  `Invalid type for 'messages': expected an array, but got ${
-                    messages === null
-                      ? 'null'
-                      : typeof messages === 'object'
-                        ? 'an object'
-                        : `a ${typeof messages}`
-                  } instead.`,
+                  `Invalid type for 'messages': expected an array, but got ${jsonKind(messages)} instead.`,
                   'messages',
                   'invalid_type',
                 ),

@@ -1,4 +1,5 @@
 import type { BucketState, Dimension, Limits, Tier } from './limits.ts';
+import { NANO_PER_USD, nanoToUsd } from './pricing.ts';
 import type { AggregateIncrement, FaultEntry } from './usage-aggregates.ts';
 
 /** What admission needs to know about an account (cached per instance). */
@@ -113,7 +114,7 @@ export const splitCharge = (
  * up to 2⁵³ (about 9 million USD; ADR 0002); refusing top-ups past this keeps every balance, hold and sum of them
  * exact, with room to spare.
  */
-export const MAX_BALANCE_NANO = 5_000_000 * 1_000_000_000;
+export const MAX_BALANCE_NANO = 5_000_000 * NANO_PER_USD;
 
 /** A top-up that would take a wallet past MAX_BALANCE_NANO. */
 export class BalanceCeilingError extends Error {
@@ -121,7 +122,7 @@ export class BalanceCeilingError extends Error {
 
   constructor(balance: number) {
     super(
-      `this top-up would take the balance past ${MAX_BALANCE_NANO / 1e9} USD, the most a wallet holds (balance now ${balance / 1e9} USD)`,
+      `this top-up would take the balance past ${nanoToUsd(MAX_BALANCE_NANO)} USD, the most a wallet holds (balance now ${nanoToUsd(balance)} USD)`,
     );
     this.name = 'BalanceCeilingError';
     this.balance = balance;

@@ -9,6 +9,17 @@ import type { Usage } from './usage.ts';
 export const NANO_PER_USD = 1_000_000_000;
 
 export const usdToNano = (usd: number): number => Math.round(usd * NANO_PER_USD);
+
+/**
+ * A decimal USD amount as typed (`25`, `12.50`, at most nine decimals: the nano-dollar) in nano-dollars, read
+ * digit for digit; null when it is not one. For amounts people enter, where `usdToNano`'s float may land a
+ * nano-dollar off (4341553.41828889 → …891).
+ */
+export const parseUsd = (text: string): number | null => {
+  const decimal = /^(\d+)(?:\.(\d{1,9}))?$/.exec(text);
+  if (!decimal) return null;
+  return Number(decimal[1]) * NANO_PER_USD + Number((decimal[2] ?? '').padEnd(9, '0'));
+};
 export const nanoToUsd = (nano: number): number => nano / NANO_PER_USD;
 
 /** USD per 1M units → integer pico-USD per unit (exact for rates with up to six decimals). */

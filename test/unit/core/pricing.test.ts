@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { costOf, usdToNano } from '#core/pricing.ts';
+import { costOf, parseUsd, usdToNano } from '#core/pricing.ts';
 import type { Usage } from '#core/usage.ts';
 import { chatModel } from '#test/fixtures.ts';
 
@@ -57,5 +57,19 @@ describe('costOf', () => {
     expect(costOf(tts, usage({ characters: 1000 }))).toBe(usdToNano(0.025));
     const stt = chatModel({ kind: 'transcription', rates: { input: 0.001 } });
     expect(costOf(stt, usage({ audioMs: 90_000 }))).toBe(usdToNano(0.0015));
+  });
+});
+
+describe('parseUsd (amounts people type)', () => {
+  it('reads up to nine decimals exactly, where a float lands a nano-dollar off', () => {
+    expect(parseUsd('25')).toBe(25_000_000_000);
+    expect(parseUsd('12.50')).toBe(12_500_000_000);
+    expect(parseUsd('4341553.41828889')).toBe(4_341_553_418_288_890);
+    expect(usdToNano(4341553.41828889)).toBe(4_341_553_418_288_891);
+  });
+
+  it('refuses what is not a plain decimal amount', () => {
+    for (const text of ['abc', '1e3', '-1', '1.0000000001', '.5', '1.', ''])
+      expect(parseUsd(text)).toBeNull();
   });
 });
