@@ -8,7 +8,7 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
-import { nanoToUsd } from '#core/pricing.ts';
+import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { TUNABLE_ENV } from '#functions/config.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { STACK_FILE } from '#local/stack-file.ts';
@@ -17,7 +17,8 @@ import { STACK_FILE } from '#local/stack-file.ts';
 const DEFAULT_DEMO_BALANCE_USD = 10;
 
 const env = process.env;
-const fail = (message: string): never => {
+// Annotated so that TypeScript narrows after a call (a `never` call ends the flow only when its type is declared).
+const fail: (message: string) => never = (message) => {
   console.error(`npm start: ${message}`);
   process.exit(1);
 };
@@ -28,15 +29,17 @@ if (!Number.isInteger(port) || port < 0 || port > 65535)
 if (env.DEMO_API_KEY && !isWellFormedKey(env.DEMO_API_KEY)) {
   fail('DEMO_API_KEY must be svc_live_ followed by 16–128 letters or digits');
 }
-const demoBalanceUsd = Number(env.DEMO_BALANCE_USD ?? DEFAULT_DEMO_BALANCE_USD);
+// Read digit for digit, as the admin CLI reads top-ups: through a float a nine-decimal amount can land a
+// nano-dollar off.
+const demoBalanceNano = parseUsd(env.DEMO_BALANCE_USD ?? String(DEFAULT_DEMO_BALANCE_USD));
 const maxBalanceUsd = nanoToUsd(MAX_BALANCE_NANO);
 if (
-  !Number.isFinite(demoBalanceUsd) ||
-  (demoBalanceUsd !== 0 && demoBalanceUsd < 1) ||
-  demoBalanceUsd > maxBalanceUsd
+  demoBalanceNano === null ||
+  (demoBalanceNano !== 0 && demoBalanceNano < NANO_PER_USD) ||
+  demoBalanceNano > MAX_BALANCE_NANO
 ) {
   fail(
-    `DEMO_BALANCE_USD must be 0 or from 1 (the minimum top-up) to ${maxBalanceUsd} (the most a wallet holds), got "${env.DEMO_BALANCE_USD}"`,
+    `DEMO_BALANCE_USD must be a decimal USD amount with at most nine decimals, 0 or from 1 (the minimum top-up) to ${maxBalanceUsd} (the most a wallet holds), got "${env.DEMO_BALANCE_USD}"`,
   );
 }
 // Gateway instances on the port (each its own container, as concurrent Lambda instances are). One by default:
@@ -81,7 +84,7 @@ stack = await startLocalStack({
   host: env.HOST ?? '127.0.0.1',
   ...(env.DATA_DIR ? { dataDir: resolve(env.DATA_DIR) } : {}),
   ...(env.DEMO_API_KEY ? { demoApiKey: env.DEMO_API_KEY } : {}),
-  demoBalanceUsd,
+  demoBalanceNano,
   instances,
   metering: env.METERING !== 'off',
   // Benchmark only: without the settlement consumer and the sweeper, records stay on the queue.
@@ -116,7 +119,7 @@ gateway listening on ${stack.url}/v1  (${instances} instance${instances === 1 ? 
 status page: ${stack.url}/  (usage.json ${env.CONSUMERS === 'off' ? 'not republished: CONSUMERS=off' : 'republished every 5 minutes'})
 ${env.REGISTRY_FILE ? `registry: ${env.REGISTRY_FILE}\n` : ''}upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : (env.UPSTREAM_BASE_URL ?? 'as the registry file says')}
 demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}
-demo wallet: ${demoBalanceUsd} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}${env.CONSUMERS === 'off' ? '\nCONSUMERS=off: settlement records stay on the queue, nothing is debited (benchmark comparison only)' : ''}
+demo wallet: ${nanoToUsd(demoBalanceNano)} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}${env.CONSUMERS === 'off' ? '\nCONSUMERS=off: settlement records stay on the queue, nothing is debited (benchmark comparison only)' : ''}
 
 try it:
   curl ${stack.url}/v1/chat/completions -H "Authorization: Bearer ${env.DEMO_API_KEY ? '$DEMO_API_KEY' : stack.demoApiKey}" \\

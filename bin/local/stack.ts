@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import type { Clock } from '#core/ports.ts';
-import { usdToNano } from '#core/pricing.ts';
+import { nanoToUsd } from '#core/pricing.ts';
 import { type Config, loadConfig } from '#functions/config.ts';
 import { type Container, createContainer } from '#functions/container.ts';
 import type { PriceSyncResult } from '#functions/price-sync.ts';
@@ -54,8 +54,8 @@ export interface LocalStackOptions {
   /** Added latency of a simulator started by the stack. */
   readonly simulatorLatencyMs?: number;
   readonly demoApiKey?: string;
-  /** Top up the demo account's wallet with this many USD (once per amount; the first top-up makes it trusted). */
-  readonly demoBalanceUsd?: number;
+  /** Top up the demo account's wallet with this many nano-dollars (once per amount; the first top-up makes it trusted). */
+  readonly demoBalanceNano?: number;
   /** Extra function environment (LOG_LEVEL, timeouts, …), as a Lambda's configuration would set it. */
   readonly functionEnv?: Readonly<Record<string, string>>;
   /** Run the settlement consumer and the hold sweeper (default true; tests that drive them directly turn it off). */
@@ -213,11 +213,13 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     });
     stops.push(() => container.close());
 
-    if (options.demoBalanceUsd) {
+    if (options.demoBalanceNano) {
       await container.accounting.topUp({
         accountId: DEMO_ACCOUNT_ID,
-        amount: usdToNano(options.demoBalanceUsd),
-        reference: `demo-seed-${options.demoBalanceUsd}`,
+        amount: options.demoBalanceNano,
+        // The seed's payment reference names the amount in USD, so a restart on the same DATA_DIR with the
+        // same amount credits nothing twice.
+        reference: `demo-seed-${nanoToUsd(options.demoBalanceNano)}`,
         at: Date.now(),
       });
     }

@@ -122,6 +122,26 @@ describe('npm start', () => {
     expect(existsSync(join(dir, 'stack.json'))).toBe(false);
   });
 
+  it.each([
+    ['1e3', 'an exponent is not an amount a person types'],
+    ['0.5', 'under the 1 USD minimum top-up'],
+    ['5000000.000000001', 'past the wallet ceiling by one nano-dollar'],
+    ['12.3456789012', 'finer than a nano-dollar'],
+  ])('refuses DEMO_BALANCE_USD=%s before starting anything (%s)', async (amount) => {
+    const { code, stderr } = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        ['bin/local.ts'],
+        { cwd: ROOT, env: { ...env(), PORT: '0', DEMO_BALANCE_USD: amount }, timeout: 30_000 },
+        (error, _stdout, stderr) => resolve({ code: error ? (error.code as number | null) : 0, stderr }),
+      );
+    });
+    expect(code).toBe(1);
+    expect(stderr).toContain(`DEMO_BALANCE_USD must be`);
+    expect(stderr).toContain(`got "${amount}"`);
+    expect(stderr).not.toContain('DynamoDB Local listening');
+  });
+
   it('leaves no JVM behind when interrupted while still starting', async () => {
     const starting = spawn(process.execPath, ['bin/local.ts'], {
       cwd: ROOT,

@@ -5,6 +5,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { Agent, request } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
+import { NANO_PER_USD } from '#core/pricing.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { startLocalStack } from '#local/stack.ts';
 import { startSimulator } from '#sim/server.ts';
@@ -52,7 +53,7 @@ describe('DATA_DIR', () => {
       port: 0,
       dataDir,
       demoApiKey: key,
-      demoBalanceUsd: 5,
+      demoBalanceNano: 5 * NANO_PER_USD,
       functionEnv: { LOG_LEVEL: 'silent' },
     });
     const client = new DynamoDBClient(localClientConfig(first.emulators.dynamodb));
@@ -66,7 +67,7 @@ describe('DATA_DIR', () => {
     const second = await startLocalStack({
       port: 0,
       dataDir,
-      demoBalanceUsd: 5,
+      demoBalanceNano: 5 * NANO_PER_USD,
       functionEnv: { LOG_LEVEL: 'silent' },
     });
     try {

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import OpenAI from 'openai';
 import { inject } from 'vitest';
+import { NANO_PER_USD } from '#core/pricing.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readCatalog, simulatorPrices } from '#local/seed.ts';
@@ -57,7 +58,7 @@ export const startTestStack = async (
     functionEnv: { ...TEST_FUNCTION_ENV, ...functionEnv },
     // A funded (hence trusted) demo account; the settlement consumer only where a test asks for it, so tests
     // that read the queue see every record.
-    demoBalanceUsd: 100,
+    demoBalanceNano: 100 * NANO_PER_USD,
     consumers: false,
     // The price sync runs when a test asks (stack.priceSync()), not on a timer.
     priceSyncIntervalMs: 0,
