@@ -106,7 +106,10 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
     if (!value) throw new UsageError(`missing ${what}\n${USAGE}`);
     return value;
   };
-  /** The account an id names: a typo must not read as an empty wallet or a keyless account. */
+  /**
+   * The account an id names: a typo must not read as an empty wallet or a keyless account, nor reach a write as
+   * the store's bare "conditional request failed". (The writes keep their own existence conditions for races.)
+   */
   const existing = async (i: number) => {
     const id = need(i, 'ACCOUNT_ID');
     const account = await accounts.getAccount(id);
@@ -125,7 +128,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       case 'accounts show':
         return JSON.stringify(await existing(0), null, 2);
       case 'accounts quota': {
-        const id = need(0, 'ACCOUNT_ID');
+        const { id } = await existing(0);
         const quota = {
           ...(values.rpm ? { rpm: positiveInteger(values.rpm, 'rpm') } : {}),
           ...(values.rpd ? { rpd: positiveInteger(values.rpd, 'rpd') } : {}),
@@ -138,7 +141,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         return JSON.stringify(await accounts.getAccount(id), null, 2);
       }
       case 'wallet topup': {
-        const id = need(0, 'ACCOUNT_ID');
+        const { id } = await existing(0);
         const given = need(1, 'USD');
         const amount = parseUsd(given);
         if (amount === null)
@@ -186,7 +189,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       }
       case 'keys create': {
         const { key, info } = await accounts.createKey(
-          need(0, 'ACCOUNT_ID'),
+          (await existing(0)).id,
           values.name ? { name: values.name } : {},
         );
         return `${key}\n\nThis is the only time the key is shown; only its SHA-256 hash is stored (prefix ${info.prefix}).`;
@@ -194,7 +197,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       case 'keys list':
         return JSON.stringify(await accounts.listKeys((await existing(0)).id), null, 2);
       case 'keys revoke': {
-        const revoked = await accounts.revokeKey(need(0, 'ACCOUNT_ID'), need(1, 'KEY_PREFIX'));
+        const revoked = await accounts.revokeKey((await existing(0)).id, need(1, 'KEY_PREFIX'));
         if (revoked === 0) throw new UsageError(`no active key with prefix ${args[1]} on account ${args[0]}`);
         return `revoked ${revoked} key(s); the gateway refuses them once its key cache entry is older than KEY_CACHE_TTL_MS (default 5 s)`;
       }

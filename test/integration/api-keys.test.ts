@@ -84,12 +84,17 @@ describe('API keys through the admin CLI', () => {
   });
 
   it('says so when an account id names no account, rather than showing an empty wallet or key list', async () => {
-    for (const command of [
+    for (const [group, command, ...rest] of [
       ['wallet', 'show'],
       ['keys', 'list'],
       ['accounts', 'show'],
-    ]) {
-      await expect(admin(...command, 'acct_typo0000')).rejects.toMatchObject({
+      // Writes too: the same words and exit status, not the store's "The conditional request failed".
+      ['wallet', 'topup', '5', '--reference', 'pay_typo'],
+      ['keys', 'create'],
+      ['keys', 'revoke', 'svc_live_abcd'],
+      ['accounts', 'quota', '--rpm', '10'],
+    ] as const) {
+      await expect(admin(group, command, 'acct_typo0000', ...rest)).rejects.toMatchObject({
         code: 2,
         stderr: expect.stringContaining('no account acct_typo0000'),
       });
