@@ -45,7 +45,10 @@ export const functionUrlEvent = (req: IncomingMessage, body: Buffer): APIGateway
     else headers[name] = Array.isArray(value) ? value.join(',') : value;
   }
   const now = new Date();
-  const text = TEXT_TYPES.test(headers['content-type'] ?? 'application/json');
+  // A compressed body is binary whatever its content type says its decoded form is.
+  const encoding = headers['content-encoding']?.trim().toLowerCase();
+  const text =
+    (!encoding || encoding === 'identity') && TEXT_TYPES.test(headers['content-type'] ?? 'application/json');
   const event: APIGatewayProxyEventV2 = {
     version: '2.0',
     routeKey: '$default',

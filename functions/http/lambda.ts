@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import { brotliDecompressSync, gunzipSync, inflateSync, type ZlibOptions } from 'node:zlib';
 import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
 import { InvalidRequestError, RequestTooLargeError } from '#core/errors.ts';
 
@@ -23,7 +24,11 @@ export const header = (event: HttpEvent, name: string): string | undefined => ev
 export const requestIdOf = (context: LambdaContext): string =>
   `req_${context.awsRequestId.replaceAll('-', '')}`;
 
-/** The raw request body as bytes, enforcing the documented size limit before anything is parsed. */
+/**
+ * The request body as bytes, enforcing the documented size limit before anything is parsed, and decoded when
+ * the client compressed it (`Content-Encoding`). The limit holds for the decoded bytes too, so a small
+ * compressed body cannot expand into more than a plain one may carry.
+ */
 export const bodyBytes = (event: HttpEvent, limitBytes: number): Buffer => {
   const raw = event.body ?? '';
   // A lower bound on the byte size, so an oversized body is refused before it is decoded or encoded:
@@ -32,7 +37,43 @@ export const bodyBytes = (event: HttpEvent, limitBytes: number): Buffer => {
   if (atLeast > limitBytes) throw new RequestTooLargeError(limitBytes);
   const bytes = event.isBase64Encoded ? Buffer.from(raw, 'base64') : Buffer.from(raw, 'utf8');
   if (bytes.length > limitBytes) throw new RequestTooLargeError(limitBytes);
-  return bytes;
+  const encoding = contentEncoding(event);
+  return encoding === null ? bytes : decompress(bytes, encoding, limitBytes);
+};
+
+/** The codings a client may compress a body with (RFC 9110 §8.4.1), and how each is undone. */
+const DECODERS: Readonly<Record<string, (bytes: Buffer, options: ZlibOptions) => Buffer>> = {
+  gzip: gunzipSync,
+  'x-gzip': gunzipSync,
+  deflate: inflateSync,
+  br: brotliDecompressSync,
+};
+
+/** The body's content coding, lowercased; null for none (absent, empty or `identity`). */
+const contentEncoding = (event: HttpEvent): string | null => {
+  const value = header(event, 'content-encoding')?.trim().toLowerCase();
+  return !value || value === 'identity' ? null : value;
+};
+
+const decompress = (bytes: Buffer, encoding: string, limitBytes: number): Buffer => {
+  const decode = DECODERS[encoding];
+  if (!decode) {
+    throw new InvalidRequestError(
+      `Unsupported Content-Encoding "${encoding.slice(0, 64)}": send the body uncompressed, or compressed with gzip, deflate or br.`,
+      'unsupported_content_encoding',
+    );
+  }
+  try {
+    // maxOutputLength stops the inflater as soon as the output passes the limit: a compression bomb costs
+    // at most the limit's worth of memory and work.
+    return decode(bytes, { maxOutputLength: limitBytes });
+  } catch (error) {
+    if (error instanceof RangeError) throw new RequestTooLargeError(limitBytes);
+    throw new InvalidRequestError(
+      `The request body could not be decompressed as ${encoding}, as its Content-Encoding says it is.`,
+      'invalid_content_encoding',
+    );
+  }
 };
 
 /** Parses a JSON body: 413 over the limit, 400 when it is not JSON or not declared as JSON. */
@@ -40,7 +81,7 @@ export const jsonBody = (event: HttpEvent, limitBytes: number): unknown => {
   const raw = event.body ?? '';
   // Fast path for the common case: a plain UTF-8 body whose length (UTF-16 units ≤ bytes) fits.
   const text =
-    !event.isBase64Encoded && raw.length <= limitBytes / 3
+    !event.isBase64Encoded && raw.length <= limitBytes / 3 && contentEncoding(event) === null
       ? raw
       : bodyBytes(event, limitBytes).toString('utf8');
   const contentType = header(event, 'content-type');

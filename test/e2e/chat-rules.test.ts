@@ -1,3 +1,4 @@
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { DeleteItemCommand, DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
@@ -151,6 +152,53 @@ describe('request hygiene', () => {
       'content-type': 'application/x-www-form-urlencoded',
     });
     expect(form.status).toBe(400);
+  });
+
+  it('reads a body compressed with gzip, deflate or br, as its Content-Encoding says', async () => {
+    const body = Buffer.from(
+      JSON.stringify({ model: 'famA-v4.1-flash', messages: [{ role: 'user', content: 'Compressed hello' }] }),
+    );
+    for (const [encoding, compress] of [
+      ['gzip', gzipSync],
+      ['deflate', deflateSync],
+      ['br', brotliCompressSync],
+    ] as const) {
+      const res = await t.post('/chat/completions', compress(body), {
+        authorization: `Bearer ${t.apiKey}`,
+        'content-type': 'application/json',
+        'content-encoding': encoding,
+      });
+      expect(res.status, encoding).toBe(200);
+      expect((upstreamBody().messages as Json[])[0]).toEqual({ role: 'user', content: 'Compressed hello' });
+    }
+  });
+
+  it('refuses a body it cannot decompress, or that decompresses past the limit, before any upstream call', async () => {
+    const send = (body: Buffer, encoding: string) =>
+      t.post('/chat/completions', body, {
+        authorization: `Bearer ${t.apiKey}`,
+        'content-type': 'application/json',
+        'content-encoding': encoding,
+      });
+    const errorOf = async (res: Response) => ({
+      status: res.status,
+      code: ((await res.json()) as { error: { code: string } }).error.code,
+    });
+    const json = Buffer.from('{"model":"famA-v4.1-flash","messages":[{"role":"user","content":"hi"}]}');
+    expect(await errorOf(await send(json, 'zstd'))).toEqual({
+      status: 400,
+      code: 'unsupported_content_encoding',
+    });
+    // Plain JSON labelled gzip: the label is wrong, and the body is not guessed at.
+    expect(await errorOf(await send(json, 'gzip'))).toEqual({
+      status: 400,
+      code: 'invalid_content_encoding',
+    });
+    // ~8 KB on the wire, 8 MiB once inflated: the 4 MiB limit holds for what the body decompresses to.
+    const bomb = gzipSync(Buffer.alloc(8 * 1024 * 1024, ' '));
+    expect(bomb.length).toBeLessThan(64 * 1024);
+    expect(await errorOf(await send(bomb, 'gzip'))).toEqual({ status: 413, code: 'request_too_large' });
+    expect(t.simulator.calls()).toHaveLength(0);
   });
 
   it('names the serving provider and model in the response headers', async () => {

@@ -79,7 +79,7 @@ export const startTestStack = async (
           authorization: `Bearer ${stack.demoApiKey}`,
           'content-type': 'application/json',
         },
-        body: typeof body === 'string' ? body : JSON.stringify(body),
+        body: typeof body === 'string' || body instanceof Uint8Array ? body : JSON.stringify(body),
       }),
     stop: async () => {
       await stack.stop();

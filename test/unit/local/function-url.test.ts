@@ -48,4 +48,19 @@ describe('functionUrlEvent (payload v2, as a Function URL delivers it)', () => {
     expect(binary.isBase64Encoded).toBe(true);
     expect(Buffer.from(binary.body ?? '', 'base64')).toEqual(bytes);
   });
+
+  it('sends a compressed body base64-encoded whatever its content type: its bytes are not text', () => {
+    const gzipped = Buffer.from([0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff]);
+    const event = functionUrlEvent(
+      request('/v1/chat/completions', { 'content-type': 'application/json', 'content-encoding': 'gzip' }),
+      gzipped,
+    );
+    expect(event.isBase64Encoded).toBe(true);
+    expect(Buffer.from(event.body ?? '', 'base64')).toEqual(gzipped);
+    const identity = functionUrlEvent(
+      request('/v1/chat/completions', { 'content-type': 'application/json', 'content-encoding': 'identity' }),
+      Buffer.from('{}'),
+    );
+    expect(identity).toMatchObject({ isBase64Encoded: false, body: '{}' });
+  });
 });
