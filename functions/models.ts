@@ -55,6 +55,7 @@ export const createHandler = (container: () => Container) =>
       };
     },
     () => container().log,
+    ['GET'],
   );
 
 export const handler = createHandler(containerFromEnv);

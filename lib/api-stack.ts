@@ -92,6 +92,9 @@ export class ApiStack extends Stack {
       });
       for (const route of definition.trigger.routes)
         this.api.root.resourceForPath(route.path).addMethod(route.method, integration);
+      // CORS preflights go to the function too, which answers them (functions/http/cors.ts).
+      for (const path of new Set(definition.trigger.routes.map((r) => r.path)))
+        this.api.root.resourceForPath(path).addMethod('OPTIONS', integration);
       built[name] = gatewayFunction;
     }
     this.functions = built;

@@ -71,8 +71,12 @@ const hostRequestId = () => `req_${randomUUID().replaceAll('-', '')}`;
 
 const serve = async (routes: readonly Route[], req: IncomingMessage, res: ServerResponse): Promise<void> => {
   const path = (req.url ?? '/').split('?')[0] ?? '/';
+  // A CORS preflight goes to the path's function, which answers it (http/cors.ts), as on a Function URL.
+  const method = req.method === 'OPTIONS' ? null : req.method;
   const route = routes.find(
-    (r) => r.method === req.method && (r.path === path || (r.prefix && path.startsWith(`${r.path}/`))),
+    (r) =>
+      (method === null || r.method === method) &&
+      (r.path === path || (r.prefix && path.startsWith(`${r.path}/`))),
   );
   if (!route) {
     send(res, errorResponse(new RouteNotFoundError(req.method ?? 'GET', path), hostRequestId()));

@@ -2,8 +2,9 @@ import middy from '@middy/core';
 import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
 import type { APIGatewayProxyEvent } from 'aws-lambda';
 import type { Logger } from '#adapters/logger.ts';
-import { ApiError, InternalError } from '#core/errors.ts';
+import { ApiError, InternalError, RouteNotFoundError } from '#core/errors.ts';
 import { runAfterResponse } from './after-response.ts';
+import { CORS_HEADERS, preflightResponse } from './cors.ts';
 import { type HttpEvent, type HttpResponse, type LambdaContext, requestIdOf } from './lambda.ts';
 import { asHttpEvent } from './rest-event.ts';
 
@@ -16,7 +17,7 @@ export const errorResponse = (error: unknown, requestId: string): HttpResponse =
   const apiError = error instanceof ApiError ? error : new InternalError(error);
   return {
     statusCode: apiError.status,
-    headers: { ...JSON_HEADERS, ...apiError.headers, 'x-request-id': requestId },
+    headers: { ...JSON_HEADERS, ...CORS_HEADERS, ...apiError.headers, 'x-request-id': requestId },
     body: JSON.stringify(apiError),
   };
 };
@@ -37,26 +38,59 @@ const errorHandler = (
   },
 });
 
-/** Every response carries `x-request-id`, successes included. */
-const requestIdHeader: middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> = {
+/** Every response carries `x-request-id` and the CORS headers, successes included (errors get them above). */
+const commonHeaders: middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> = {
   after: (request) => {
-    if (request.response) request.response.headers['x-request-id'] ??= requestIdOf(request.context);
+    const response = request.response;
+    if (!response) return;
+    response.headers['x-request-id'] ??= requestIdOf(request.context);
+    for (const [name, value] of Object.entries(CORS_HEADERS)) response.headers[name] ??= value;
   },
 };
+
+/** Function URLs and the REST API's streaming integrations send different event shapes (rest-event.ts). */
+const functionUrlShape: middy.MiddlewareObj<
+  HttpEvent | APIGatewayProxyEvent,
+  HttpResponse,
+  Error,
+  LambdaContext
+> = {
+  before: (request) => {
+    request.event = asHttpEvent(request.event);
+  },
+};
+
+/**
+ * A Function URL hands its function every method; the local host and the REST API route only these. So the
+ * function itself answers a CORS preflight, and refuses any other method as the routers do (404 unknown_url,
+ * OpenAI's answer for a method a path does not serve).
+ */
+const allowMethods = (
+  methods: readonly string[],
+): middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> => ({
+  before: (request) => {
+    const { method } = request.event.requestContext.http;
+    if (methods.includes(method)) return;
+    if (method === 'OPTIONS') return preflightResponse(request.event, methods, requestIdOf(request.context));
+    throw new RouteNotFoundError(method, request.event.rawPath);
+  },
+});
 
 /**
  * Wraps an HTTP handler for Lambda response streaming (Function URL `RESPONSE_STREAM`, API Gateway
  * `STREAM`): the handler returns status, headers and a string or stream body; middy writes the HTTP
  * prelude and pipes the body. Work registered with `afterResponse` runs after the stream has closed.
  */
-export const httpHandler = (fn: HttpHandlerFn, log: () => Logger) =>
+export const httpHandler = (fn: HttpHandlerFn, log: () => Logger, methods: readonly string[] = ['POST']) =>
   middy<HttpEvent | APIGatewayProxyEvent, HttpResponse, Error, LambdaContext>({
     executionMode: executionModeStreamifyResponse,
     // Streams outlive the handler's promise; an early-timeout race on it would cut nothing useful.
     timeoutEarlyInMillis: 0,
     requestEnd: runAfterResponse,
   })
-    .use(requestIdHeader)
+    // First, so that every later middleware sees the Function URL shape.
+    .use(functionUrlShape)
+    .use(commonHeaders)
     .use(errorHandler(log))
-    // Function URLs and the REST API's streaming integrations send different event shapes (rest-event.ts).
-    .handler((event, context) => fn(asHttpEvent(event), context));
+    .use(allowMethods(methods))
+    .handler((event, context) => fn(event as HttpEvent, context));

@@ -104,3 +104,42 @@ describe('the REST API entry (payload 1.0 events)', () => {
     expect(text.length).toBeGreaterThan(0);
   });
 });
+
+/**
+ * This server hands every method to the functions, as a Function URL does (it has no routes): the functions
+ * themselves answer CORS preflights and refuse the methods their paths do not serve.
+ */
+describe('methods a function does not serve (Function URLs route none)', () => {
+  const base = () => client.baseURL;
+
+  it('answers a CORS preflight itself', async () => {
+    for (const [path, method] of [
+      ['/chat/completions', 'POST'],
+      ['/models', 'GET'],
+    ]) {
+      const res = await fetch(`${base()}${path}`, {
+        method: 'OPTIONS',
+        headers: { origin: 'https://app.example', 'access-control-request-method': method as string },
+      });
+      expect(res.status, path).toBe(204);
+      expect(res.headers.get('access-control-allow-origin'), path).toBe('*');
+      expect(res.headers.get('access-control-allow-methods'), path).toBe(`${method}, OPTIONS`);
+    }
+  });
+
+  it('refuses any other method with 404 unknown_url, before reading the body or the key', async () => {
+    for (const [path, method] of [
+      ['/chat/completions', 'GET'],
+      ['/chat/completions', 'PUT'],
+      ['/models', 'POST'],
+      ['/models/famA-v4.1-flash-1017', 'DELETE'],
+    ]) {
+      const res = await fetch(`${base()}${path}`, { method });
+      expect(res.status, `${method} ${path}`).toBe(404);
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      expect(body.error.code).toBe('unknown_url');
+      expect(body.error.message).toContain(`${method} /v1${path}`);
+      expect(res.headers.get('access-control-allow-origin')).toBe('*');
+    }
+  });
+});

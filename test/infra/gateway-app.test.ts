@@ -402,7 +402,7 @@ describe('the CDK app', () => {
     }
   });
 
-  it('streams every HTTP route through API Gateway, and routes nothing else', () => {
+  it('streams every HTTP route through API Gateway, CORS preflights (OPTIONS) to the same function, and routes nothing else', () => {
     const resources = new Map(all('AWS::ApiGateway::Resource').map((r) => [key(r), r]));
     const pathOf = (resourceKey: string): string => {
       const resource = resources.get(resourceKey);
@@ -418,7 +418,11 @@ describe('the CDK app', () => {
     for (const [name, definition] of Object.entries(rows)) {
       if (definition.trigger.kind !== 'http') continue;
       const fn = functionOf(name);
-      for (const route of definition.trigger.routes) {
+      const preflights = [...new Set(definition.trigger.routes.map((r) => r.path))].map((path) => ({
+        method: 'OPTIONS',
+        path,
+      }));
+      for (const route of [...definition.trigger.routes, ...preflights]) {
         const wanted = `${route.method} ${route.path}`;
         expected.push(wanted);
         const method = one(
