@@ -120,8 +120,16 @@ export const invokeStreaming = async (
   res: ServerResponse,
 ): Promise<void> => {
   const stream = new LambdaResponseStream(res);
+  // The handler learns of a hang-up through its own writes (and middy's pipeline, which listens for errors);
+  // until it writes — while it authenticates, admits, or waits for the upstream's first byte — nothing else
+  // listens, and an 'error' without a listener would take the whole host down. Lambda abandons the response
+  // just as quietly.
+  stream.on('error', () => {});
+  let hungUp = false;
   const onClose = () => {
-    if (!res.writableFinished) stream.destroy(new Error('client disconnected'));
+    if (res.writableFinished) return;
+    hungUp = true;
+    stream.destroy(new Error('client disconnected'));
   };
   res.once('close', onClose);
   try {
@@ -133,8 +141,8 @@ export const invokeStreaming = async (
       res.writeHead(502, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ message: 'Internal Server Error' }));
     } else if (!res.writableEnded) res.destroy();
-    if (!(error instanceof Error && error.message === 'client disconnected') && !isPrematureClose(error))
-      throw error;
+    // The client's hang-up surfaces as whatever the handler's next write ran into; it is not a failure of ours.
+    if (!hungUp && !isPrematureClose(error)) throw error;
   } finally {
     res.off('close', onClose);
   }

@@ -38,6 +38,7 @@ export class CallRecorder {
   /** From the first upstream attempt to the serving deployment's first byte, ms. */
   upstreamMs: number | null = null;
   #firstByteAt: number | null = null;
+  #unread: (() => void) | null = null;
   #end: { outcome: Outcome; status: number; usage: Usage | null; fault: Fault | null } | null = null;
 
   constructor(endpoint: Endpoint, requestId: string, clock: Clock) {
@@ -100,6 +101,21 @@ export class CallRecorder {
     if (this.#end) return;
     const { outcome, status, fault } = classifyError(error);
     this.#end = { outcome, status, usage: null, fault };
+  }
+
+  /**
+   * What records the outcome if the response body is never read. A streamed body records it as it is read;
+   * when the client hangs up before the response begins, the runtime never reads it (http/relay-body.ts).
+   */
+  onUnread(record: () => void): void {
+    this.#unread = record;
+  }
+
+  /** The invocation is over: a body never read records its outcome now. */
+  closeUnread(): void {
+    const unread = this.#unread;
+    this.#unread = null;
+    if (this.#end === null) unread?.();
   }
 
   get ended(): boolean {

@@ -1,7 +1,8 @@
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
 import type { AudioStream } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
+import { type RelayProgress, relayBody } from './relay-body.ts';
 
 /**
  * The client's audio: upstream chunks relayed as they arrive. Binary audio has no error event, so an upstream
@@ -9,10 +10,22 @@ import type { Usage } from '#core/usage.ts';
  * every HTTP client reports as an error) rather than end cleanly short. The call's outcome is recorded here,
  * where it is known: complete, interrupted (not charged), or abandoned by the client (charged, as chat).
  */
-export const audioBody = (stream: AudioStream, call: CallRecorder, usage: Usage): Readable =>
-  Readable.from(relay(stream, call, usage), { objectMode: false, highWaterMark: 64 * 1024 });
+export const audioBody = (stream: AudioStream, call: CallRecorder, usage: Usage): Readable => {
+  const progress = { started: false };
+  return relayBody(call, relay(stream, call, usage, progress), 64 * 1024, progress, () => {
+    // The client left before the first byte: charged as any abandoned speech call (the input was read).
+    call.aborted(usage);
+    stream.close();
+  });
+};
 
-async function* relay(stream: AudioStream, call: CallRecorder, usage: Usage): AsyncGenerator<Uint8Array> {
+async function* relay(
+  stream: AudioStream,
+  call: CallRecorder,
+  usage: Usage,
+  progress: RelayProgress,
+): AsyncGenerator<Uint8Array> {
+  progress.started = true;
   let finished = false;
   const upstream = stream[Symbol.asyncIterator]();
   try {

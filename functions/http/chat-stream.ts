@@ -1,8 +1,9 @@
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
 import type { PreparedChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
+import { type RelayProgress, relayBody } from './relay-body.ts';
 import { DONE_FRAME, errorFrame, frame } from './sse.ts';
 
 /**
@@ -10,14 +11,22 @@ import { DONE_FRAME, errorFrame, frame } from './sse.ts';
  * client asked for it (spec §4 rules 3–4), `[DONE]` at a clean end and an error event at a broken one.
  * The call's outcome is recorded here, because only the relay knows how the stream ended.
  */
-export const chatEventStream = (stream: ChatStream, prepared: PreparedChat, call: CallRecorder): Readable =>
-  Readable.from(relay(stream, prepared, call), { objectMode: false, highWaterMark: 16 * 1024 });
+export const chatEventStream = (stream: ChatStream, prepared: PreparedChat, call: CallRecorder): Readable => {
+  const progress = { started: false };
+  return relayBody(call, relay(stream, prepared, call, progress), 16 * 1024, progress, () => {
+    // The client left before the first byte: the prompt was processed for it, nothing was relayed.
+    call.aborted(estimatedUsage(prepared, 0));
+    stream.close();
+  });
+};
 
 async function* relay(
   stream: ChatStream,
   prepared: PreparedChat,
   call: CallRecorder,
+  progress: RelayProgress,
 ): AsyncGenerator<string> {
+  progress.started = true;
   let usage: Usage | null = null;
   let contentChunks = 0;
   let finished = false;

@@ -59,6 +59,7 @@ const servedBy = (call: CallRecorder): Record<string, string> =>
     : {};
 
 const settle = async (c: Container, call: CallRecorder): Promise<void> => {
+  call.closeUnread();
   const record = call.settlement();
   c.gateway.observeEnd(call, record.outcome);
   try {

@@ -112,6 +112,37 @@ describe('npm start', () => {
     expect(stdout).not.toContain(DEMO_API_KEY);
   });
 
+  it('survives clients that hang up before their response starts', async () => {
+    const { port } = new URL(gateway);
+    /** Sends a whole request, then closes the connection before anything can have come back. */
+    const hangUp = (authorization: string, content: string, stream = false) =>
+      new Promise<void>((resolve, reject) => {
+        const body = JSON.stringify({
+          model: 'famA-v4.1-flash',
+          messages: [{ role: 'user', content }],
+          stream,
+        });
+        const socket = connect(Number(port), '127.0.0.1', () => {
+          socket.end(
+            `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+              `Authorization: ${authorization}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+          );
+          socket.destroy();
+          resolve();
+        });
+        socket.once('error', reject);
+      });
+    // While the key is looked up (an unknown key is never cached), and while the upstream's first byte is awaited.
+    for (let i = 0; i < 3; i++) await hangUp('Bearer svc_live_doesNotExist000000000000009', 'hi');
+    await hangUp(`Bearer ${DEMO_API_KEY}`, '[[sim: first_byte_delay_ms=300]] hi', true);
+    await hangUp(`Bearer ${DEMO_API_KEY}`, '[[sim: latency_ms=300]] hi');
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    expect(child.exitCode).toBeNull();
+    expect(output).not.toContain('Unhandled');
+    const res = await fetch(`${gateway}/v1/models`, { headers: { authorization: `Bearer ${DEMO_API_KEY}` } });
+    expect(res.status).toBe(200);
+  });
+
   it('stops cleanly on SIGTERM, leaving no JVM behind', async () => {
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     child.kill('SIGTERM');

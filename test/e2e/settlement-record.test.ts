@@ -146,6 +146,39 @@ describe('the settlement record', () => {
     expect(record?.cost).toBeGreaterThan(0);
   });
 
+  it.each([
+    [
+      'chat stream',
+      '/chat/completions',
+      body({ stream: true, messages: [{ role: 'user', content: 'x [[sim: first_byte_delay_ms=400]]' }] }),
+    ],
+    [
+      'speech',
+      '/audio/speech',
+      { model: 'svc-tts', input: 'hello there [[sim: first_byte_delay_ms=400]]', voice: 'alloy' },
+    ],
+  ])(
+    'charges a %s whose client hangs up before the first byte as abandoned, not as our failure',
+    async (_, path, payload) => {
+      const controller = new AbortController();
+      const sent = fetch(`${t.baseURL}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(payload),
+        signal: controller.signal,
+      }).catch(() => null);
+      // Gone while the gateway still waits for the upstream's first byte.
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      controller.abort();
+      await sent;
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ outcome: 'client_aborted', fault: { kind: 'client' } });
+      expect(record?.cost).toBeGreaterThan(0);
+      if (path === '/chat/completions')
+        expect(record?.usage).toMatchObject({ completionTokens: 0, source: 'estimated' });
+    },
+  );
+
   // The body is validated before the key is looked up (ARCHITECTURE.md §5), so neither knows the account.
   it.each([
     [
