@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { ChatRequest } from '#core/chat.ts';
+import { InvalidRequestError } from '#core/errors.ts';
 import { parseWith } from '../validation.ts';
 import { withoutNulls } from './nulls.ts';
 
@@ -133,6 +134,15 @@ export const chatRequestSchema = z.strictObject({
 /** Validates a parsed JSON body (top-level nulls mean "not given"). */
 export const parseChatRequest = (body: unknown): ChatRequest => {
   const request = parseWith(chatRequestSchema, withoutNulls(body)) as ChatRequest;
+  // OpenAI refuses this combination, in these words; passed on, it would be refused or ignored depending on
+  // which upstream serves the call.
+  if (request.stream_options !== undefined && request.stream !== true) {
+    throw new InvalidRequestError(
+      "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+      'invalid_value',
+      { param: 'stream_options' },
+    );
+  }
   // Annotations describe a past reply; they mean nothing to a model and some upstreams refuse them.
   for (const message of request.messages) if ('annotations' in message) delete message.annotations;
   return request;

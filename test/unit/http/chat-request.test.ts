@@ -116,9 +116,21 @@ describe('types and ranges', () => {
   });
 
   it('refuses an unknown field inside stream_options', () => {
-    expect(rejection({ ...valid, stream_options: { include_usage: true, extra: 1 } }).param).toBe(
-      'stream_options.extra',
-    );
+    expect(
+      rejection({ ...valid, stream: true, stream_options: { include_usage: true, extra: 1 } }).param,
+    ).toBe('stream_options.extra');
+  });
+
+  it('refuses stream_options on a call that does not stream, as OpenAI does; a null is not given', () => {
+    for (const stream of [undefined, false, null]) {
+      expect(rejection({ ...valid, stream, stream_options: { include_usage: true } })).toMatchObject({
+        status: 400,
+        code: 'invalid_value',
+        param: 'stream_options',
+        message: "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+      });
+    }
+    expect(parseChatRequest({ ...valid, stream_options: null })).toEqual(valid);
   });
 });
 
