@@ -2,7 +2,7 @@ import { type PreparedChat, prepareChat, upstreamChatBody } from '#core/chat.ts'
 import { affordableCompletionTokens, worstCaseChatCost } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
 import type { ChatCompletionResult, UpstreamCall } from '#core/upstream.ts';
-import type { Usage } from '#core/usage.ts';
+import { openAiChatUsage, type Usage } from '#core/usage.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { JSON_HEADERS } from '#http/handler.ts';
 import { inferenceHandler } from '#http/inference-handler.ts';
@@ -42,11 +42,14 @@ export const createHandler = (container: () => Container) =>
       const result = await c.gateway.route(resolved, call, true, (d, k) =>
         c.provider(d.adapter, 'chat').complete(upstream(d, k)),
       );
-      call.succeeded(result.usage ?? estimatedUsage(prepared, result, c));
+      const usage = result.usage ?? estimatedUsage(prepared, result, c);
+      call.succeeded(usage);
+      // An upstream that reported no usage (or none we could read): the client sees what it is billed on.
+      const body = result.usage ? result.body : { ...result.body, usage: openAiChatUsage(usage) };
       return {
         statusCode: 200,
         headers: JSON_HEADERS,
-        body: JSON.stringify(result.body),
+        body: JSON.stringify(body),
       };
     }
     // Resolves once the first upstream event is in hand: every failure before that may still fall back.

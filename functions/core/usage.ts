@@ -31,6 +31,18 @@ const nested = (value: unknown, key: string): unknown =>
   value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[key] : undefined;
 
 /**
+ * The OpenAI `usage` object of a chat call, for responses whose upstream reported none (or none we could read):
+ * the client sees the counts it is billed on.
+ */
+export const openAiChatUsage = (usage: Usage) => ({
+  prompt_tokens: usage.promptTokens,
+  completion_tokens: usage.completionTokens,
+  total_tokens: usage.promptTokens + usage.completionTokens,
+  prompt_tokens_details: { cached_tokens: usage.cachedPromptTokens },
+  completion_tokens_details: { reasoning_tokens: usage.reasoningTokens },
+});
+
+/**
  * Reads an OpenAI-style `usage` object. Returns null when it is absent or malformed, so the caller
  * falls back to its own estimate instead of billing garbage.
  */

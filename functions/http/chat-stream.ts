@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
 import type { PreparedChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
-import type { Usage } from '#core/usage.ts';
+import { openAiChatUsage, type Usage } from '#core/usage.ts';
 import { type RelayProgress, relayBody } from './relay-body.ts';
 import { DONE_FRAME, errorFrame, frame } from './sse.ts';
 
@@ -28,6 +28,8 @@ async function* relay(
 ): AsyncGenerator<string> {
   progress.started = true;
   let usage: Usage | null = null;
+  /** The last chunk relayed: a usage chunk we add takes its id, creation time and model. */
+  let lastData: string | null = null;
   let contentChunks = 0;
   let finished = false;
   const upstream = stream[Symbol.asyncIterator]();
@@ -46,6 +48,7 @@ async function* relay(
       }
       if (next.done) break;
       const event = next.value;
+      lastData = event.data;
       contentChunks += event.contentChunks;
       if (event.usage === null) yield frame(event.data);
       else {
@@ -55,7 +58,13 @@ async function* relay(
       }
     }
     finished = true;
-    call.succeeded(usage ?? estimatedUsage(prepared, contentChunks));
+    if (usage === null) {
+      // The upstream sent no usage chunk: bill our count, and show it to a client that asked for usage.
+      const counted = estimatedUsage(prepared, contentChunks);
+      call.succeeded(counted);
+      if (prepared.clientWantsUsage)
+        yield frame(usageChunk(lastData, call.requestId, prepared.request.model, counted));
+    } else call.succeeded(usage);
     yield DONE_FRAME;
   } finally {
     // Unfinished here means the consumer stopped reading: the client went away.
@@ -63,6 +72,25 @@ async function* relay(
     stream.close();
   }
 }
+
+/** The final usage chunk OpenAI sends with `include_usage`, for a stream whose upstream sent none. */
+const usageChunk = (lastData: string | null, requestId: string, model: string, usage: Usage): string => {
+  let last: Record<string, unknown> = {};
+  try {
+    last = lastData ? (JSON.parse(lastData) as Record<string, unknown>) : {};
+  } catch {
+    // Not JSON: keep the fallbacks below.
+  }
+  return JSON.stringify({
+    id: typeof last.id === 'string' ? last.id : `chatcmpl-${requestId}`,
+    object: 'chat.completion.chunk',
+    created: typeof last.created === 'number' ? last.created : Math.floor(Date.now() / 1000),
+    model: typeof last.model === 'string' ? last.model : model,
+    ...(typeof last.system_fingerprint === 'string' ? { system_fingerprint: last.system_fingerprint } : {}),
+    choices: [],
+    usage: openAiChatUsage(usage),
+  });
+};
 
 /** Some providers put usage on a content chunk; a client that did not ask gets the chunk without it. */
 const withoutUsage = (data: string): string => {

@@ -2,6 +2,8 @@ import { ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { costOf } from '#core/pricing.ts';
 import { localClientConfig } from '#local/emulators.ts';
+import { schemaErrors } from '#test/openapi-schemas.ts';
+import { sseEvents } from '#test/sse.ts';
 import {
   drainSettlements,
   NO_CIRCUIT_BREAKING,
@@ -178,6 +180,38 @@ describe('the settlement record', () => {
         expect(record?.usage).toMatchObject({ completionTokens: 0, source: 'estimated' });
     },
   );
+
+  it('shows the client the usage it is billed on when the upstream reports none', async () => {
+    const content = 'hello [[sim: omit_usage=1 completion_tokens=5]]';
+    const plain = await t.post('/chat/completions', body({ messages: [{ role: 'user', content }] }));
+    const completion = (await plain.json()) as Record<string, unknown>;
+    expect(schemaErrors('CreateChatCompletionResponse', completion)).toBe('');
+    const streamed = await t.post(
+      '/chat/completions',
+      body({ messages: [{ role: 'user', content }], stream: true, stream_options: { include_usage: true } }),
+    );
+    const events = sseEvents(await streamed.text());
+    expect(events.at(-1)).toBe('[DONE]');
+    const chunks = events.slice(0, -1).map((data) => JSON.parse(data) as Record<string, unknown>);
+    for (const chunk of chunks) expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
+    const last = chunks.at(-1) as { id: string; choices: unknown[]; usage: unknown };
+    expect(last.choices).toEqual([]);
+    expect(last.id).toBe((chunks[0] as { id: string }).id);
+
+    const [plainRecord, streamRecord] = await takeSettlements(t.stack, 2);
+    for (const [shown, record] of [
+      [completion.usage, plainRecord],
+      [last.usage, streamRecord],
+    ] as const) {
+      expect(record?.usage?.source).toBe('estimated');
+      expect(record?.cost).toBeGreaterThan(0);
+      expect(shown).toMatchObject({
+        prompt_tokens: record?.usage?.promptTokens,
+        completion_tokens: record?.usage?.completionTokens,
+        total_tokens: (record?.usage?.promptTokens ?? 0) + (record?.usage?.completionTokens ?? 0),
+      });
+    }
+  });
 
   // The body is validated before the key is looked up (ARCHITECTURE.md §5), so neither knows the account.
   it.each([
