@@ -2,11 +2,13 @@ import { parseBuffer } from 'music-metadata';
 import { TRANSCRIPTION_INPUT_FORMATS } from '#core/audio.ts';
 import { InvalidRequestError } from '#core/errors.ts';
 import type { AudioInfo, AudioProbe } from '#core/ports.ts';
+import { mpegDurationMs, pcmWavDurationMs } from './audio-duration.ts';
 
 /**
  * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
  * metadata parser (music-metadata: RIFF, MPEG frames, FLAC STREAMINFO, Ogg granules, Matroska, MP4 boxes),
- * never taken from the client. A file the parser cannot read, or of a format the endpoint does not accept,
+ * never taken from the client — and, for MP3 and WAV, whose headers' counts a client can simply edit, also
+ * counted from the audio itself (audio-duration.ts). A file the parser cannot read, or of a format the endpoint does not accept,
  * is refused before anything is held or sent upstream.
  */
 
@@ -61,7 +63,10 @@ export const musicMetadataProbe: AudioProbe = {
     if (seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) {
       throw unreadable('it holds no audio whose duration can be measured');
     }
+    // The header's duration is the client's to write; what decoders play is counted too, and the longer billed.
+    const counted =
+      format === 'mp3' ? mpegDurationMs(bytes) : format === 'wav' ? pcmWavDurationMs(bytes) : null;
     // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
-    return { format, durationMs: Math.ceil(seconds * 1000) };
+    return { format, durationMs: Math.ceil(Math.max(seconds * 1000, counted ?? 0)) };
   },
 };

@@ -1,0 +1,89 @@
+import { parseBuffer } from 'music-metadata';
+import { describe, expect, it } from 'vitest';
+import { mpegDurationMs, pcmWavDurationMs } from '#adapters/audio-duration.ts';
+import { musicMetadataProbe } from '#adapters/audio-probe.ts';
+import { encodeAudio, makeWav } from '#test/audio.ts';
+
+/**
+ * Transcription is billed on the duration the probe measures, so a duration a client can write into a header
+ * must not lower the bill: these files are real encodes (ffmpeg), then edited the way a client could.
+ */
+
+/** The duration music-metadata alone reads (the header's), in ms. */
+const headerMs = async (bytes: Uint8Array) =>
+  ((await parseBuffer(bytes, { size: bytes.length }, { duration: true })).format.duration ?? 0) * 1000;
+
+/** An MP3 whose Xing/Info frame count says `frames`, whatever the file holds. */
+const withXingFrames = (mp3: Buffer, frames: number): Buffer => {
+  const copy = Buffer.from(mp3);
+  const at = Math.max(copy.indexOf('Xing'), copy.indexOf('Info'));
+  expect(at).toBeGreaterThan(0);
+  expect(copy.readUInt32BE(at + 4) & 1).toBe(1); // the frame count is present
+  copy.writeUInt32BE(frames, at + 8);
+  return copy;
+};
+
+/** A WAV with a `fact` chunk claiming `samples`, inserted before its data chunk. */
+const withFactChunk = (wav: Buffer, samples: number): Buffer => {
+  const data = wav.indexOf('data');
+  const fact = Buffer.alloc(12);
+  fact.write('fact', 0, 'ascii');
+  fact.writeUInt32LE(4, 4);
+  fact.writeUInt32LE(samples, 8);
+  const out = Buffer.concat([wav.subarray(0, data), fact, wav.subarray(data)]);
+  out.writeUInt32LE(out.length - 8, 4);
+  return out;
+};
+
+describe('the transcription probe bills what decoders play, not what a header claims', () => {
+  it('measures an MP3 by its frames', async () => {
+    const mp3 = await encodeAudio(makeWav({ durationMs: 6000 }), 'mp3');
+    const { durationMs } = await musicMetadataProbe.probe(mp3);
+    // LAME pads a few frames at each end: within 100 ms of the tone.
+    expect(Math.abs(durationMs - 6000)).toBeLessThan(100);
+    expect(Math.abs((mpegDurationMs(mp3) ?? 0) - durationMs)).toBeLessThan(30);
+  });
+
+  it('is not fooled by a Xing frame count edited down to 10 frames', async () => {
+    const honest = await encodeAudio(makeWav({ durationMs: 6000 }), 'mp3');
+    const edited = withXingFrames(honest, 10);
+    // The edit fools a header-reading parser: that is the hole this closes.
+    expect(await headerMs(edited)).toBeLessThan(500);
+    const measured = await musicMetadataProbe.probe(edited);
+    expect(measured.format).toBe('mp3');
+    expect(Math.abs(measured.durationMs - (await musicMetadataProbe.probe(honest)).durationMs)).toBeLessThan(
+      30,
+    );
+  });
+
+  it('does not count the bytes of an ID3 tag, nor junk between frames, as audio', async () => {
+    const mp3 = await encodeAudio(makeWav({ durationMs: 2000 }), 'mp3');
+    const base = mpegDurationMs(mp3) ?? 0;
+    // An ID3v2 tag whose text holds frame-sync-like bytes, and junk with a lone false sync inside.
+    const text = Buffer.concat([
+      Buffer.from('TIT2'),
+      Buffer.from([0, 0, 0, 8, 0, 0]),
+      Buffer.from([0xff, 0xfb, 0x90, 0x64, 1, 2, 3, 4]),
+    ]);
+    const id3 = Buffer.concat([Buffer.from('ID3'), Buffer.from([3, 0, 0, 0, 0, 0, text.length]), text]);
+    const junk = Buffer.from([0xff, 0xfb, 0x90, 0x64, 9, 9, 9, 9, 9, 9, 9]);
+    const tagged = Buffer.concat([id3, mp3, junk]);
+    expect(mpegDurationMs(tagged)).toBeCloseTo(base, 6);
+    expect(mpegDurationMs(Buffer.from('not an mp3 at all'))).toBeNull();
+  });
+
+  it('measures a PCM WAV by its data bytes, not a fact chunk claiming 10 samples', async () => {
+    const wav = makeWav({ durationMs: 4000, sampleRate: 16_000 });
+    const edited = withFactChunk(wav, 10);
+    expect(await headerMs(edited)).toBeLessThan(1);
+    expect((await musicMetadataProbe.probe(edited)).durationMs).toBe(4000);
+    expect(pcmWavDurationMs(wav)).toBe(4000);
+  });
+
+  it('measures a streamed WAV (data size 0xFFFFFFFF) to the end of the file', () => {
+    const wav = makeWav({ durationMs: 1500, sampleRate: 8_000, channels: 2 });
+    const streamed = Buffer.from(wav);
+    streamed.writeUInt32LE(0xffffffff, streamed.indexOf('data') + 4);
+    expect(pcmWavDurationMs(streamed)).toBe(1500);
+  });
+});
