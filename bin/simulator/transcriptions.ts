@@ -9,6 +9,8 @@
  * Inline `[[sim: ...]]` directives go in the `prompt` field, the only free text of the request.
  */
 import { parseBuffer } from 'music-metadata';
+import { countedDurationMs, isWebm, webmDurationMs } from '#adapters/audio-duration.ts';
+import { formatOf } from '#adapters/audio-probe.ts';
 import type { ApiCall, ApiEndpoint, ApiRejection } from '#sim/api.ts';
 import { invalidRequestError, type OpenAiErrorBody } from '#sim/errors.ts';
 import {
@@ -170,16 +172,22 @@ export async function measureDuration(
     ...(file.type ? { mimeType: file.type } : {}),
     ...(file.name ? { path: file.name } : {}),
   };
+  // A provider transcribes what its decoder plays, whatever a header claims (or lacks, in a recording made to a
+  // pipe): the audio is counted as the gateway counts it, and the longer duration wins.
   for (const fileInfo of [hinted, { size: bytes.length }]) {
     try {
       const { format } = await parseBuffer(bytes, fileInfo, { duration: true, skipCovers: true });
-      const duration = format.duration;
-      if (duration !== undefined && Number.isFinite(duration) && duration > 0) return duration;
+      const name = formatOf(format.container);
+      const counted = name ? (countedDurationMs(name, bytes) ?? 0) / 1000 : 0;
+      const duration = Math.max(format.duration ?? 0, counted);
+      if (Number.isFinite(duration) && duration > 0) return duration;
     } catch {
       // Not audio in this format; try sniffing, or give up.
     }
   }
-  return null;
+  // A live WebM recording (clusters of unknown size), which music-metadata does not read.
+  const live = isWebm(bytes) ? webmDurationMs(bytes) : null;
+  return live !== null && live > 0 ? live / 1000 : null;
 }
 
 function sendTranscription(ex: Exchange, request: TranscriptionRequest, plan: FaultPlan): void {

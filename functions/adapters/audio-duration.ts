@@ -143,3 +143,208 @@ export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
   }
   return null;
 };
+
+// ---------------------------------------------------------------------------------------------------------
+// FLAC
+
+/** CRC-8 (polynomial 0x07) of a FLAC frame header. */
+const crc8 = (bytes: Uint8Array, from: number, to: number): number => {
+  let crc = 0;
+  for (let i = from; i < to; i++) {
+    crc ^= bytes[i] as number;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x80 ? ((crc << 1) ^ 0x07) & 0xff : (crc << 1) & 0xff;
+  }
+  return crc;
+};
+
+interface FlacFrame {
+  /** Frame number (fixed block size) or first sample number (variable). */
+  readonly number: number;
+  readonly variable: boolean;
+  readonly blockSize: number;
+}
+
+/** The FLAC frame header at `at`, when one is there and its CRC-8 holds. */
+const flacFrameAt = (bytes: Uint8Array, at: number): FlacFrame | null => {
+  if (bytes[at] !== 0xff || ((bytes[at + 1] as number) & 0xfe) !== 0xf8 || at + 6 > bytes.length) return null;
+  const variable = ((bytes[at + 1] as number) & 1) === 1;
+  const sizeCode = (bytes[at + 2] as number) >> 4;
+  const rateCode = (bytes[at + 2] as number) & 0x0f;
+  const channels = (bytes[at + 3] as number) >> 4;
+  const depthCode = ((bytes[at + 3] as number) >> 1) & 7;
+  if (sizeCode === 0 || rateCode === 15 || channels > 10 || depthCode === 3 || (bytes[at + 3] as number) & 1)
+    return null;
+  // The frame or sample number, UTF-8 style: a leading byte saying how many continuation bytes follow.
+  let i = at + 4;
+  const lead = bytes[i++] as number;
+  let extra = 0;
+  while (extra < 7 && lead & (0x80 >> extra)) extra++;
+  if (extra === 1 || extra > 7) return null;
+  const continuation = extra === 0 ? 0 : extra - 1;
+  let number = extra === 0 ? lead : lead & (0xff >> (extra + 1));
+  for (let k = 0; k < continuation; k++) {
+    const b = bytes[i++];
+    if (b === undefined || (b & 0xc0) !== 0x80) return null;
+    number = number * 64 + (b & 0x3f);
+  }
+  let blockSize: number;
+  if (sizeCode === 1) blockSize = 192;
+  else if (sizeCode <= 5) blockSize = 576 << (sizeCode - 2);
+  else if (sizeCode === 6) blockSize = (bytes[i++] as number) + 1;
+  else if (sizeCode === 7) {
+    blockSize = (((bytes[i] as number) << 8) | (bytes[i + 1] as number)) + 1;
+    i += 2;
+  } else blockSize = 256 << (sizeCode - 8);
+  if (rateCode === 12) i += 1;
+  else if (rateCode === 13 || rateCode === 14) i += 2;
+  if (i >= bytes.length || crc8(bytes, at, i) !== bytes[i]) return null;
+  return { number, variable, blockSize };
+};
+
+/**
+ * The duration of a FLAC stream in ms, counted from its frames — for a stream whose STREAMINFO gives no sample
+ * count (written to a pipe, it cannot) or a wrong one — or null when it is not FLAC. Frame headers are found by
+ * their sync code and CRC-8, and taken only in sequence (each number follows the last one taken), so a sync-like
+ * pattern inside compressed audio does not end the count early or late.
+ */
+export const flacDurationMs = (bytes: Uint8Array): number | null => {
+  if (bytes.length < 42 || String.fromCharCode(...bytes.subarray(0, 4)) !== 'fLaC') return null;
+  // STREAMINFO is the first metadata block: min block size, then the sample rate at byte 10 of its body.
+  const info = 8;
+  const minBlock = ((bytes[info] as number) << 8) | (bytes[info + 1] as number);
+  const sampleRate =
+    ((bytes[info + 10] as number) << 12) |
+    ((bytes[info + 11] as number) << 4) |
+    ((bytes[info + 12] as number) >> 4);
+  if (sampleRate === 0) return null;
+  let at = 4;
+  for (;;) {
+    if (at + 4 > bytes.length) return null;
+    const header = bytes[at] as number;
+    at +=
+      4 + (((bytes[at + 1] as number) << 16) | ((bytes[at + 2] as number) << 8) | (bytes[at + 3] as number));
+    if (header & 0x80) break; // the last metadata block
+  }
+  let samples = 0;
+  let expected = 0;
+  for (; at < bytes.length - 1; at++) {
+    if (bytes[at] !== 0xff) continue;
+    const frame = flacFrameAt(bytes, at);
+    if (frame === null) continue;
+    const first = frame.variable ? frame.number : frame.number * minBlock;
+    if (first !== expected) continue;
+    samples = first + frame.blockSize;
+    expected = frame.variable ? samples : first + minBlock;
+  }
+  return samples > 0 ? (samples / sampleRate) * 1000 : null;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// WebM (Matroska)
+
+const EBML = {
+  segment: 0x18538067,
+  cluster: 0x1f43b675,
+  info: 0x1549a966,
+  timecodeScale: 0x2ad7b1,
+  timecode: 0xe7,
+  simpleBlock: 0xa3,
+  blockGroup: 0xa0,
+  block: 0xa1,
+  blockDuration: 0x9b,
+} as const;
+
+/** Elements whose children are walked; their size is ignored, since a live recording leaves it unknown. */
+const CONTAINERS = new Set<number>([EBML.segment, EBML.cluster, EBML.info, EBML.blockGroup]);
+
+/** Whether the bytes are an EBML document of type `webm` (its header, with the DocType, comes first). */
+export const isWebm = (bytes: Uint8Array): boolean =>
+  bytes[0] === 0x1a &&
+  bytes[1] === 0x45 &&
+  bytes[2] === 0xdf &&
+  bytes[3] === 0xa3 &&
+  Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.length, 64)).includes('webm');
+
+/** An EBML variable-length integer at `at`: its value (marker bit removed unless `keepMarker`) and length. */
+const vint = (
+  bytes: Uint8Array,
+  at: number,
+  keepMarker: boolean,
+): { value: number; length: number } | null => {
+  const first = bytes[at];
+  if (first === undefined || first === 0) return null;
+  let length = 1;
+  while (!(first & (0x80 >> (length - 1)))) length++;
+  if (at + length > bytes.length) return null;
+  let value = keepMarker ? first : first & (0xff >> length);
+  let allOnes = value === 0xff >> length;
+  for (let k = 1; k < length; k++) {
+    const b = bytes[at + k] as number;
+    value = value * 256 + b;
+    allOnes &&= b === 0xff;
+  }
+  // All value bits set is "unknown size" (a live stream's Segment and Clusters).
+  return { value: !keepMarker && allOnes ? -1 : value, length };
+};
+
+const uint = (bytes: Uint8Array, at: number, size: number): number => {
+  let value = 0;
+  for (let k = 0; k < size; k++) value = value * 256 + (bytes[at + k] as number);
+  return value;
+};
+
+/**
+ * The duration of a WebM/Matroska file in ms from its blocks' timestamps: the last block's time plus one typical
+ * block step (or its own BlockDuration) — for a recording whose Duration element is missing (MediaRecorder and
+ * ffmpeg writing to a pipe leave it out) or wrong. Null when no block is found.
+ */
+export const webmDurationMs = (bytes: Uint8Array): number | null => {
+  let scaleNs = 1_000_000;
+  let cluster = 0;
+  let end = -1;
+  let step = 0;
+  let last = -1;
+  let at = 0;
+  while (at < bytes.length) {
+    const id = vint(bytes, at, true);
+    if (id === null) break;
+    const size = vint(bytes, at + id.length, false);
+    if (size === null) break;
+    const body = at + id.length + size.length;
+    if (CONTAINERS.has(id.value)) {
+      at = body;
+      continue;
+    }
+    // An unknown-size element we do not walk: nothing after it can be found.
+    if (size.value < 0) break;
+    const whole = body + size.value <= bytes.length;
+    if (id.value === EBML.timecodeScale && whole) scaleNs = uint(bytes, body, size.value) || scaleNs;
+    else if (id.value === EBML.timecode && whole) cluster = uint(bytes, body, size.value);
+    else if (id.value === EBML.blockDuration && whole && last >= 0)
+      end = Math.max(end, last + uint(bytes, body, size.value));
+    else if (id.value === EBML.simpleBlock || id.value === EBML.block) {
+      // A block's header (track, 16-bit signed time relative to its cluster) counts even if the upload cut its data.
+      const track = vint(bytes, body, false);
+      if (track !== null && body + track.length + 2 <= bytes.length) {
+        const raw =
+          ((bytes[body + track.length] as number) << 8) | (bytes[body + track.length + 1] as number);
+        const time = cluster + (raw >= 0x8000 ? raw - 0x10000 : raw);
+        if (last >= 0 && time > last) step = time - last;
+        last = Math.max(last, time);
+      }
+    }
+    at = body + size.value;
+  }
+  return last < 0 ? null : (Math.max(end, last + step) * scaleNs) / 1_000_000;
+};
+
+const COUNTERS: Readonly<Record<string, (bytes: Uint8Array) => number | null>> = {
+  mp3: mpegDurationMs,
+  wav: pcmWavDurationMs,
+  flac: flacDurationMs,
+  webm: webmDurationMs,
+};
+
+/** The duration counted from the audio of a file of `format` (as the probe names formats), when we count that format. */
+export const countedDurationMs = (format: string, bytes: Uint8Array): number | null =>
+  COUNTERS[format]?.(bytes) ?? null;

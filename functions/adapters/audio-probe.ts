@@ -2,18 +2,18 @@ import { parseBuffer } from 'music-metadata';
 import { TRANSCRIPTION_INPUT_FORMATS } from '#core/audio.ts';
 import { InvalidRequestError } from '#core/errors.ts';
 import type { AudioInfo, AudioProbe } from '#core/ports.ts';
-import { mpegDurationMs, pcmWavDurationMs } from './audio-duration.ts';
+import { countedDurationMs, isWebm, webmDurationMs } from './audio-duration.ts';
 
 /**
  * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
  * metadata parser (music-metadata: RIFF, MPEG frames, FLAC STREAMINFO, Ogg granules, Matroska, MP4 boxes),
- * never taken from the client — and, for MP3 and WAV, whose headers' counts a client can simply edit, also
- * counted from the audio itself (audio-duration.ts). A file the parser cannot read, or of a format the endpoint does not accept,
+ * never taken from the client — and, for MP3, WAV, FLAC and WebM, whose headers' counts a client can simply
+ * edit (or a recording made to a pipe lacks), also counted from the audio itself (audio-duration.ts). A file the parser cannot read, or of a format the endpoint does not accept,
  * is refused before anything is held or sent upstream.
  */
 
 /** music-metadata's container names → the format names of OpenAI's accepted list. */
-const formatOf = (container: string | undefined): string | null => {
+export const formatOf = (container: string | undefined): string | null => {
   if (!container) return null;
   if (container === 'WAVE') return 'wav';
   if (container === 'MPEG') return 'mp3';
@@ -44,6 +44,10 @@ export const musicMetadataProbe: AudioProbe = {
         { duration: true, skipCovers: true },
       );
     } catch (error) {
+      // music-metadata refuses Matroska clusters of unknown size, which is how a live recorder (a browser's
+      // MediaRecorder) writes WebM: those are measured by their blocks alone.
+      const live = isWebm(bytes) ? webmDurationMs(bytes) : null;
+      if (live !== null && live > 0) return { format: 'webm', durationMs: Math.ceil(live) };
       if (error instanceof Error && error.name === 'CouldNotDetermineFileTypeError') {
         throw new InvalidRequestError(`Unrecognized audio file format. ${ACCEPTED}`, 'invalid_file_format', {
           param: 'file',
@@ -60,13 +64,13 @@ export const musicMetadataProbe: AudioProbe = {
       );
     }
     const seconds = metadata.format.duration;
-    if (seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) {
-      throw unreadable('it holds no audio whose duration can be measured');
-    }
-    // The header's duration is the client's to write; what decoders play is counted too, and the longer billed.
-    const counted =
-      format === 'mp3' ? mpegDurationMs(bytes) : format === 'wav' ? pcmWavDurationMs(bytes) : null;
+    const headerMs = seconds !== undefined && Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 0;
+    // A header's duration is the client's to write, and a recording made to a pipe has none: where we can, what
+    // decoders play is counted from the audio itself, and the longer of the two is billed.
+    const counted = countedDurationMs(format, bytes) ?? 0;
+    const durationMs = Math.max(headerMs, counted);
+    if (!(durationMs > 0)) throw unreadable('it holds no audio whose duration can be measured');
     // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
-    return { format, durationMs: Math.ceil(Math.max(seconds * 1000, counted ?? 0)) };
+    return { format, durationMs: Math.ceil(durationMs) };
   },
 };

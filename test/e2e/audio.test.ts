@@ -1,6 +1,6 @@
 import OpenAI, { toFile } from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { decodeAudio, encodeAudio, makeWav, type SpeechAudioFormat } from '#test/audio.ts';
+import { decodeAudio, encodeAudio, encodeAudioToPipe, makeWav, type SpeechAudioFormat } from '#test/audio.ts';
 import { debitOf, fundedAccount, settledWallet } from '#test/billing.ts';
 import { compileOpenAiSchema } from '#test/openapi-schemas.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
@@ -92,6 +92,23 @@ describe('what a transcription is billed on', () => {
       const { usage } = (await response.json()) as { usage: { seconds: number } };
       expect(usage.seconds).toBeGreaterThan(3.9);
       expect(usage.seconds).toBeLessThan(4.2);
+      const wallet = await settledWallet(t, id);
+      expect(debitOf(wallet, response.headers.get('x-request-id') as string)).toBe(
+        sttCost(Math.ceil(usage.seconds * 1000)),
+      );
+    },
+  );
+
+  it.each(['flac', 'webm'] as const)(
+    'accepts a %s recorded to a pipe (no duration in its header), measures it by its frames and debits that',
+    async (format) => {
+      const { id, key } = await fundedAccount(t);
+      const audio = await encodeAudioToPipe(makeWav({ durationMs: 4_000 }), format);
+      const response = await upload(key, new Blob([audio], { type: `audio/${format}` }), `live.${format}`);
+      expect(response.status).toBe(200);
+      const { usage } = (await response.json()) as { usage: { seconds: number } };
+      expect(usage.seconds).toBeGreaterThan(3.95);
+      expect(usage.seconds).toBeLessThan(4.05);
       const wallet = await settledWallet(t, id);
       expect(debitOf(wallet, response.headers.get('x-request-id') as string)).toBe(
         sttCost(Math.ceil(usage.seconds * 1000)),

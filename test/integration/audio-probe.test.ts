@@ -1,8 +1,13 @@
 import { parseBuffer } from 'music-metadata';
 import { describe, expect, it } from 'vitest';
-import { mpegDurationMs, pcmWavDurationMs } from '#adapters/audio-duration.ts';
+import {
+  flacDurationMs,
+  mpegDurationMs,
+  pcmWavDurationMs,
+  webmDurationMs,
+} from '#adapters/audio-duration.ts';
 import { musicMetadataProbe } from '#adapters/audio-probe.ts';
-import { encodeAudio, makeWav } from '#test/audio.ts';
+import { encodeAudio, encodeAudioToPipe, makeWav } from '#test/audio.ts';
 
 /**
  * Transcription is billed on the duration the probe measures, so a duration a client can write into a header
@@ -78,6 +83,51 @@ describe('the transcription probe bills what decoders play, not what a header cl
     expect(await headerMs(edited)).toBeLessThan(1);
     expect((await musicMetadataProbe.probe(edited)).durationMs).toBe(4000);
     expect(pcmWavDurationMs(wav)).toBe(4000);
+  });
+
+  it.each(['flac', 'webm'] as const)(
+    'measures a %s recorded to a pipe (no sample count or duration in its header) by its frames',
+    async (format) => {
+      const wav = makeWav({ durationMs: 5000, sampleRate: 16_000 });
+      const piped = await encodeAudioToPipe(wav, format);
+      // What a header-reading parser cannot measure: such uploads were refused as holding no audio.
+      expect(await headerMs(piped)).toBe(0);
+      const { durationMs } = await musicMetadataProbe.probe(piped);
+      expect(Math.abs(durationMs - 5000)).toBeLessThan(40);
+      // A file written to a seekable output measures the same.
+      const seekable = await encodeAudio(wav, format);
+      expect(Math.abs((await musicMetadataProbe.probe(seekable)).durationMs - durationMs)).toBeLessThan(40);
+    },
+  );
+
+  it('measures a WebM whose clusters have unknown sizes, as a browser’s MediaRecorder writes them', async () => {
+    const piped = await encodeAudioToPipe(makeWav({ durationMs: 3000, sampleRate: 16_000 }), 'webm');
+    const live = Buffer.from(piped);
+    const clusterId = Buffer.from([0x1f, 0x43, 0xb6, 0x75]);
+    let clusters = 0;
+    for (let at = live.indexOf(clusterId); at >= 0; at = live.indexOf(clusterId, at + 4)) {
+      // The size that follows, rewritten in place as "unknown": every value bit set, same length.
+      const size = at + 4;
+      let length = 1;
+      while (!((live[size] as number) & (0x80 >> (length - 1)))) length++;
+      live[size] = 0xff >> (length - 1);
+      live.fill(0xff, size + 1, size + length);
+      clusters++;
+    }
+    expect(clusters).toBeGreaterThan(1);
+    expect(webmDurationMs(live)).toBe(webmDurationMs(piped));
+    expect(Math.abs((await musicMetadataProbe.probe(live)).durationMs - 3000)).toBeLessThan(40);
+  });
+
+  it('is not fooled by a FLAC whose STREAMINFO sample count is edited down', async () => {
+    const flac = await encodeAudio(makeWav({ durationMs: 5000, sampleRate: 16_000 }), 'flac');
+    const edited = Buffer.from(flac);
+    // STREAMINFO's 36-bit total sample count: the low nibble of byte 21, then bytes 22–25.
+    edited[21] = (edited[21] as number) & 0xf0;
+    edited.writeUInt32BE(160, 22);
+    expect(await headerMs(edited)).toBeLessThan(20);
+    expect(Math.abs((await musicMetadataProbe.probe(edited)).durationMs - 5000)).toBeLessThan(40);
+    expect(flacDurationMs(Buffer.from('fLaC but nothing else at all, not even STREAMINFO'))).toBeNull();
   });
 
   it('measures a streamed WAV (data size 0xFFFFFFFF) to the end of the file', () => {

@@ -80,6 +80,20 @@ export async function encodeAudio(wav: Buffer, format: InputAudioFormat): Promis
   }
 }
 
+/**
+ * Encodes a WAV file into `format` with ffmpeg writing to a pipe, as a live recorder does (a browser's
+ * MediaRecorder, `ffmpeg … -`): nothing is written back at the end, so FLAC has no sample count and WebM no
+ * duration.
+ */
+export async function encodeAudioToPipe(wav: Buffer, format: 'flac' | 'webm'): Promise<Buffer> {
+  const args = ['-hide_banner', '-v', 'error', '-f', 'wav', '-i', 'pipe:0', ...ENCODE_ARGS[format], 'pipe:1'];
+  const run = await runFfmpeg(args, wav);
+  if (run.code !== 0 || run.stderr.trim() !== '') {
+    throw new Error(`ffmpeg could not encode ${format} to a pipe (exit ${run.code}): ${run.stderr.trim()}`);
+  }
+  return run.stdout;
+}
+
 /** Formats of the speech endpoint's output, which {@link decodeAudio} accepts. */
 export type SpeechAudioFormat = 'mp3' | 'opus' | 'aac' | 'flac' | 'wav' | 'pcm';
 
