@@ -75,7 +75,11 @@ export const parseTranscriptionRequest = (
   const rawTemperature = values.get('temperature');
   let temperature: number | undefined;
   if (rawTemperature !== undefined) {
-    temperature = rawTemperature.trim() === '' ? Number.NaN : Number(rawTemperature);
+    // A decimal number as a form field carries one ("0.2", "1", ".5", "1e-1"); Number() alone would also take
+    // "0x1" or "0b1" and pass the upstream a value the client never wrote.
+    temperature = /^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$/.test(rawTemperature)
+      ? Number(rawTemperature)
+      : Number.NaN;
     if (!(temperature >= 0 && temperature <= 1))
       throw invalid('temperature', 'must be a number between 0 and 1');
   }

@@ -118,6 +118,22 @@ describe('parseTranscriptionRequest', () => {
     expect(() => parseTranscriptionRequest(form(fields))).toThrow(expect.objectContaining({ param }));
   });
 
+  it('reads temperature as a decimal number only', () => {
+    const temperature = (value: string) =>
+      parseTranscriptionRequest(
+        form([
+          ['model', 'svc-stt'],
+          ['temperature', value],
+        ]),
+      ).request.temperature;
+    expect([' 0.2', '1', '.5', '0', '1e-1', '+0.3'].map(temperature)).toEqual([0.2, 1, 0.5, 0, 0.1, 0.3]);
+    for (const value of ['0x1', '0b1', '0o1', 'Infinity', '1.2.3', '1,5', 'NaN', '1.1']) {
+      expect(() => temperature(value), value).toThrow(
+        expect.objectContaining({ param: 'temperature', code: 'invalid_value' }),
+      );
+    }
+  });
+
   it('requires exactly one non-empty file', () => {
     expect(() => parseTranscriptionRequest(form([['model', 'svc-stt']], []))).toThrow(
       expect.objectContaining({ code: 'missing_required_parameter', param: 'file' }),
