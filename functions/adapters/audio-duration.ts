@@ -76,27 +76,39 @@ const afterId3v2 = (bytes: Uint8Array): number => {
   return 10 + size + footer;
 };
 
+/** The header bits a stream keeps from frame to frame: sync, version, layer and sample rate (ffmpeg's mask). */
+const signatureOf = (bytes: Uint8Array, at: number): number =>
+  (((bytes[at + 1] as number) & 0xfe) << 8) | ((bytes[at + 2] as number) & 0x0c);
+
 /**
  * The duration of an MPEG audio stream in ms, counted frame by frame (tag frames excluded), or null when no run of
- * frames is found. A frame counts when the next one follows it exactly (or it ends the data), so sync-like bytes
- * inside other data are not taken for audio; between runs the walk resyncs byte by byte, as decoders do.
+ * frames is found. Until the stream is established, a frame counts only when the next one follows it exactly (or
+ * it ends the data), so sync-like bytes in a tag are not taken for audio. After that, any frame with the stream's
+ * signature counts, wherever the walk resyncs to it — as decoders resync past junk between frames, which a client
+ * could otherwise insert to break every chain.
  */
 export const mpegDurationMs = (bytes: Uint8Array): number | null => {
   let at = afterId3v2(bytes);
   let seconds = 0;
   let frames = 0;
+  let signature: number | null = null;
   let first = true;
   while (at + 4 <= bytes.length) {
     const frame = mpegFrameAt(bytes, at);
-    const next = frame ? at + frame.length : -1;
-    const chained =
-      frame !== null &&
-      (next === bytes.length ||
-        mpegFrameAt(bytes, next) !== null ||
-        // The ID3v1 tag ("TAG") or APE tag that may close the file.
-        (bytes[next] === 0x54 && bytes[next + 1] === 0x41 && bytes[next + 2] === 0x47) ||
-        (next + 8 <= bytes.length && String.fromCharCode(...bytes.subarray(next, next + 8)) === 'APETAGEX'));
-    if (!chained || frame === null) {
+    if (frame === null) {
+      at++;
+      continue;
+    }
+    const next = at + frame.length;
+    const counts =
+      signature !== null
+        ? signatureOf(bytes, at) === signature
+        : next === bytes.length ||
+          mpegFrameAt(bytes, next) !== null ||
+          // The ID3v1 tag ("TAG") or APE tag that may close the file.
+          (bytes[next] === 0x54 && bytes[next + 1] === 0x41 && bytes[next + 2] === 0x47) ||
+          (next + 8 <= bytes.length && String.fromCharCode(...bytes.subarray(next, next + 8)) === 'APETAGEX');
+    if (!counts) {
       at++;
       continue;
     }
@@ -104,30 +116,37 @@ export const mpegDurationMs = (bytes: Uint8Array): number | null => {
       seconds += frame.samples / frame.sampleRate;
       frames++;
     }
+    if (signature === null && !first) signature = signatureOf(bytes, at);
     first = false;
     at = next;
   }
   return frames > 0 ? seconds * 1000 : null;
 };
 
-/** WAVE format tags whose data chunk is plain samples: PCM, IEEE float, and extensible (PCM or float inside). */
-const PLAIN_SAMPLE_FORMATS = new Set([0x0001, 0x0003, 0xfffe]);
+/** WAVE format tags whose data chunk is plain samples: PCM, IEEE float, A-law and µ-law. */
+const PLAIN_SAMPLE_FORMATS = new Set([0x0001, 0x0003, 0x0006, 0x0007]);
+const EXTENSIBLE = 0xfffe;
 
 /**
- * The duration of a PCM WAV in ms from its data chunk's bytes (what a decoder plays) — not from a `fact` chunk,
- * which PCM files need not have and decoders ignore — or null when the file is not plain-sample WAV.
+ * The duration of a plain-sample WAV in ms from the bytes of its data chunks (what a decoder plays, every `data`
+ * chunk of them) — not from a `fact` chunk, which such files need not have and decoders ignore — or null when the
+ * file is not plain-sample WAV.
  */
 export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const ascii = (at: number) => String.fromCharCode(...bytes.subarray(at, at + 4));
   if (bytes.length < 12 || ascii(0) !== 'RIFF' || ascii(8) !== 'WAVE') return null;
   let bytesPerSecond: number | null = null;
+  let dataBytes = 0;
   for (let at = 12; at + 8 <= bytes.length; ) {
     const id = ascii(at);
     const size = view.getUint32(at + 4, true);
     const body = at + 8;
     if (id === 'fmt ' && size >= 16 && body + 16 <= bytes.length) {
-      const tag = view.getUint16(body, true);
+      let tag = view.getUint16(body, true);
+      // WAVE_FORMAT_EXTENSIBLE: the real format is the first two bytes of the subformat GUID.
+      if (tag === EXTENSIBLE)
+        tag = size >= 40 && body + 26 <= bytes.length ? view.getUint16(body + 24, true) : 0;
       const channels = view.getUint16(body + 2, true);
       const sampleRate = view.getUint32(body + 4, true);
       const bits = view.getUint16(body + 14, true);
@@ -137,11 +156,12 @@ export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
       if (bytesPerSecond === null) return null;
       // A streamed WAV may declare 0 or 0xFFFFFFFF: the data then runs to the end of the file.
       const declared = size === 0 || size === 0xffffffff ? Number.POSITIVE_INFINITY : size;
-      return (Math.min(declared, bytes.length - body) / bytesPerSecond) * 1000;
+      dataBytes += Math.min(declared, bytes.length - body);
+      if (declared === Number.POSITIVE_INFINITY) break;
     }
     at = body + size + (size & 1); // chunks are word-aligned
   }
-  return null;
+  return bytesPerSecond === null || dataBytes === 0 ? null : (dataBytes / bytesPerSecond) * 1000;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -162,7 +182,14 @@ interface FlacFrame {
   readonly number: number;
   readonly variable: boolean;
   readonly blockSize: number;
+  /** Hz, from the frame's own header; null: STREAMINFO's (rate code 0). */
+  readonly sampleRate: number | null;
 }
+
+/** Sample rates by a FLAC frame header's rate code (0: STREAMINFO's; 12–14: in the bytes after the header). */
+const FLAC_RATES = [
+  0, 88_200, 176_400, 192_000, 8_000, 16_000, 22_050, 24_000, 32_000, 44_100, 48_000, 96_000,
+];
 
 /** The FLAC frame header at `at`, when one is there and its CRC-8 holds. */
 const flacFrameAt = (bytes: Uint8Array, at: number): FlacFrame | null => {
@@ -195,28 +222,32 @@ const flacFrameAt = (bytes: Uint8Array, at: number): FlacFrame | null => {
     blockSize = (((bytes[i] as number) << 8) | (bytes[i + 1] as number)) + 1;
     i += 2;
   } else blockSize = 256 << (sizeCode - 8);
-  if (rateCode === 12) i += 1;
-  else if (rateCode === 13 || rateCode === 14) i += 2;
-  if (i >= bytes.length || crc8(bytes, at, i) !== bytes[i]) return null;
-  return { number, variable, blockSize };
+  let sampleRate: number | null = rateCode === 0 ? null : (FLAC_RATES[rateCode] ?? 0);
+  if (rateCode === 12) sampleRate = (bytes[i++] as number) * 1000;
+  else if (rateCode === 13 || rateCode === 14) {
+    sampleRate = (((bytes[i] as number) << 8) | (bytes[i + 1] as number)) * (rateCode === 14 ? 10 : 1);
+    i += 2;
+  }
+  if (i >= bytes.length || crc8(bytes, at, i) !== bytes[i] || sampleRate === 0) return null;
+  return { number, variable, blockSize, sampleRate };
 };
 
 /**
  * The duration of a FLAC stream in ms, counted from its frames — for a stream whose STREAMINFO gives no sample
- * count (written to a pipe, it cannot) or a wrong one — or null when it is not FLAC. Frame headers are found by
- * their sync code and CRC-8, and taken only in sequence (each number follows the last one taken), so a sync-like
- * pattern inside compressed audio does not end the count early or late.
+ * count (written to a pipe, it cannot) or a wrong one — or null when it is not FLAC. Each frame adds its own block
+ * size at its own sample rate (a decoder plays what the frame headers say, whatever STREAMINFO claims). Headers are
+ * found by their sync code and CRC-8 and taken in sequence (frame numbers one by one, or sample numbers where the
+ * last frame ended), so a sync-like pattern inside compressed audio is not counted.
  */
 export const flacDurationMs = (bytes: Uint8Array): number | null => {
   if (bytes.length < 42 || String.fromCharCode(...bytes.subarray(0, 4)) !== 'fLaC') return null;
-  // STREAMINFO is the first metadata block: min block size, then the sample rate at byte 10 of its body.
+  // STREAMINFO is the first metadata block; its sample rate (20 bits at byte 10 of its body) serves frames whose
+  // header defers to it.
   const info = 8;
-  const minBlock = ((bytes[info] as number) << 8) | (bytes[info + 1] as number);
-  const sampleRate =
+  const streamRate =
     ((bytes[info + 10] as number) << 12) |
     ((bytes[info + 11] as number) << 4) |
     ((bytes[info + 12] as number) >> 4);
-  if (sampleRate === 0) return null;
   let at = 4;
   for (;;) {
     if (at + 4 > bytes.length) return null;
@@ -225,18 +256,20 @@ export const flacDurationMs = (bytes: Uint8Array): number | null => {
       4 + (((bytes[at + 1] as number) << 16) | ((bytes[at + 2] as number) << 8) | (bytes[at + 3] as number));
     if (header & 0x80) break; // the last metadata block
   }
-  let samples = 0;
-  let expected = 0;
+  let seconds = 0;
+  let nextNumber = 0;
+  let nextSample = 0;
   for (; at < bytes.length - 1; at++) {
     if (bytes[at] !== 0xff) continue;
     const frame = flacFrameAt(bytes, at);
-    if (frame === null) continue;
-    const first = frame.variable ? frame.number : frame.number * minBlock;
-    if (first !== expected) continue;
-    samples = first + frame.blockSize;
-    expected = frame.variable ? samples : first + minBlock;
+    if (frame === null || frame.number !== (frame.variable ? nextSample : nextNumber)) continue;
+    const rate = frame.sampleRate ?? streamRate;
+    if (rate === 0) continue;
+    seconds += frame.blockSize / rate;
+    nextNumber++;
+    nextSample += frame.blockSize;
   }
-  return samples > 0 ? (samples / sampleRate) * 1000 : null;
+  return seconds > 0 ? seconds * 1000 : null;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -287,7 +320,9 @@ const vint = (
   return { value: !keepMarker && allOnes ? -1 : value, length };
 };
 
+/** An EBML unsigned integer; longer than 8 bytes is not one (and would overflow to Infinity). */
 const uint = (bytes: Uint8Array, at: number, size: number): number => {
+  if (size > 8) return 0;
   let value = 0;
   for (let k = 0; k < size; k++) value = value * 256 + (bytes[at + k] as number);
   return value;

@@ -25,6 +25,12 @@ export const formatOf = (container: string | undefined): string | null => {
   return null;
 };
 
+/**
+ * Longer than any 4 MiB upload can play (8 kHz 8-bit mono PCM, the leanest common format, holds ~9 minutes; MP3 at
+ * 8 kbps ~70 minutes): a duration past a day comes from a forged header, not from audio.
+ */
+const MAX_DURATION_MS = 24 * 60 * 60 * 1000;
+
 const ACCEPTED = `Supported formats: ${TRANSCRIPTION_INPUT_FORMATS.join(', ')}.`;
 
 const unreadable = (detail: string) =>
@@ -47,7 +53,8 @@ export const musicMetadataProbe: AudioProbe = {
       // music-metadata refuses Matroska clusters of unknown size, which is how a live recorder (a browser's
       // MediaRecorder) writes WebM: those are measured by their blocks alone.
       const live = isWebm(bytes) ? webmDurationMs(bytes) : null;
-      if (live !== null && live > 0) return { format: 'webm', durationMs: Math.ceil(live) };
+      if (live !== null && live > 0 && Number.isFinite(live) && live <= MAX_DURATION_MS)
+        return { format: 'webm', durationMs: Math.ceil(live) };
       if (error instanceof Error && error.name === 'CouldNotDetermineFileTypeError') {
         throw new InvalidRequestError(`Unrecognized audio file format. ${ACCEPTED}`, 'invalid_file_format', {
           param: 'file',
@@ -69,7 +76,9 @@ export const musicMetadataProbe: AudioProbe = {
     // decoders play is counted from the audio itself, and the longer of the two is billed.
     const counted = countedDurationMs(format, bytes) ?? 0;
     const durationMs = Math.max(headerMs, counted);
-    if (!(durationMs > 0)) throw unreadable('it holds no audio whose duration can be measured');
+    // Finite too: a crafted header can overflow a count, and a duration must price to a number.
+    if (!(durationMs > 0 && Number.isFinite(durationMs) && durationMs <= MAX_DURATION_MS))
+      throw unreadable('it holds no audio whose duration can be measured');
     // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
     return { format, durationMs: Math.ceil(durationMs) };
   },

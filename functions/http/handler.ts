@@ -38,13 +38,15 @@ const errorHandler = (
   },
 });
 
+const CORS_HEADER_ENTRIES = Object.entries(CORS_HEADERS);
+
 /** Every response carries `x-request-id` and the CORS headers, successes included (errors get them above). */
 const commonHeaders: middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> = {
   after: (request) => {
     const response = request.response;
     if (!response) return;
     response.headers['x-request-id'] ??= requestIdOf(request.context);
-    for (const [name, value] of Object.entries(CORS_HEADERS)) response.headers[name] ??= value;
+    for (const [name, value] of CORS_HEADER_ENTRIES) response.headers[name] ??= value;
   },
 };
 

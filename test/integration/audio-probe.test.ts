@@ -77,6 +77,41 @@ describe('the transcription probe bills what decoders play, not what a header cl
     expect(mpegDurationMs(Buffer.from('not an mp3 at all'))).toBeNull();
   });
 
+  it('still counts every frame when junk is put between frames (decoders resync past it)', async () => {
+    const honest = await encodeAudio(makeWav({ durationMs: 6000 }), 'mp3');
+    // Split the stream into frames (each header gives its length), then put a zero byte after every frame but
+    // the first three (which keep the file recognisable as MP3) and cut the Xing count to 10.
+    const frames: Buffer[] = [];
+    let at = honest.indexOf(Buffer.from([0xff]));
+    while (at >= 0 && at + 4 <= honest.length) {
+      const b1 = honest[at + 1] as number;
+      const b2 = honest[at + 2] as number;
+      const mpeg1 = ((b1 >> 3) & 3) === 3;
+      const kbps = (
+        mpeg1
+          ? [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320]
+          : [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160]
+      )[b2 >> 4] as number;
+      const rate = (mpeg1 ? [44_100, 48_000, 32_000] : [22_050, 24_000, 16_000])[(b2 >> 2) & 3] as number;
+      const length = Math.floor(((mpeg1 ? 144_000 : 72_000) * kbps) / rate) + ((b2 >> 1) & 1);
+      frames.push(honest.subarray(at, at + length));
+      at += length;
+    }
+    expect(frames.length).toBeGreaterThan(100);
+    const junked = withXingFrames(
+      Buffer.concat([
+        honest.subarray(0, honest.indexOf(frames[0] as Buffer)),
+        ...frames.flatMap((f, i) => (i < 3 ? [f] : [f, Buffer.from([0])])),
+      ]),
+      10,
+    );
+    expect(await headerMs(junked)).toBeLessThan(500);
+    const measured = await musicMetadataProbe.probe(junked);
+    expect(Math.abs(measured.durationMs - (await musicMetadataProbe.probe(honest)).durationMs)).toBeLessThan(
+      30,
+    );
+  });
+
   it('measures a PCM WAV by its data bytes, not a fact chunk claiming 10 samples', async () => {
     const wav = makeWav({ durationMs: 4000, sampleRate: 16_000 });
     const edited = withFactChunk(wav, 10);
@@ -127,7 +162,56 @@ describe('the transcription probe bills what decoders play, not what a header cl
     edited.writeUInt32BE(160, 22);
     expect(await headerMs(edited)).toBeLessThan(20);
     expect(Math.abs((await musicMetadataProbe.probe(edited)).durationMs - 5000)).toBeLessThan(40);
+    // Nor by its minimum block size and sample rate edited too: each frame's own header says what it holds.
+    edited.writeUInt16BE(16, 8); // min block size
+    edited[18] = 0xff; // sample rate, 20 bits from byte 18: 1,048,575 Hz
+    edited[19] = 0xff;
+    edited[20] = (edited[20] as number) | 0xf0;
+    expect(Math.abs((flacDurationMs(edited) ?? 0) - 5000)).toBeLessThan(40);
     expect(flacDurationMs(Buffer.from('fLaC but nothing else at all, not even STREAMINFO'))).toBeNull();
+  });
+
+  it('counts every data chunk of a WAV, and µ-law samples, whatever a fact chunk says', () => {
+    const wav = makeWav({ durationMs: 3000, sampleRate: 8_000 });
+    const data = wav.indexOf('data');
+    const samples = wav.subarray(data + 8);
+    // A tiny first data chunk, then the real one: decoders play both.
+    const tiny = Buffer.alloc(8 + 16);
+    tiny.write('data', 0, 'ascii');
+    tiny.writeUInt32LE(16, 4);
+    const split = Buffer.concat([wav.subarray(0, data), tiny, wav.subarray(data)]);
+    split.writeUInt32LE(split.length - 8, 4);
+    expect(pcmWavDurationMs(split)).toBe(3001);
+    // The same bytes declared µ-law (tag 7, 8 bits): one byte a sample.
+    const mulaw = withFactChunk(Buffer.from(wav), 10);
+    const fmt = mulaw.indexOf('fmt ') + 8;
+    mulaw.writeUInt16LE(7, fmt);
+    mulaw.writeUInt32LE(16_000, fmt + 4); // 16 kHz, so the 2 bytes a sample of the tone read as two samples
+    mulaw.writeUInt16LE(1, fmt + 12);
+    mulaw.writeUInt16LE(8, fmt + 14);
+    expect(pcmWavDurationMs(mulaw)).toBe((samples.length / 16_000) * 1000);
+  });
+
+  it('answers a forged WebM timestamp field with a measured duration or a 400, never a 500', async () => {
+    const webm = await encodeAudioToPipe(makeWav({ durationMs: 2000, sampleRate: 16_000 }), 'webm');
+    // Every cluster Timecode (0xE7) made 130 bytes of 0xFF: a number past Infinity if read whole.
+    const cluster = webm.indexOf(Buffer.from([0x1f, 0x43, 0xb6, 0x75]));
+    const timecode = webm.indexOf(Buffer.from([0xe7]), cluster + 4);
+    const size = (webm[timecode + 1] as number) & 0x7f;
+    const forged = Buffer.concat([
+      webm.subarray(0, timecode),
+      Buffer.from([0xe7, 0x40, 130]), // a two-byte size: 130
+      Buffer.alloc(130, 0xff),
+      webm.subarray(timecode + 2 + size),
+    ]);
+    expect(Number.isFinite(webmDurationMs(forged))).toBe(true);
+    const outcome = await musicMetadataProbe.probe(forged).then(
+      (info) => info.durationMs,
+      (error: { status?: number }) => error.status,
+    );
+    expect(
+      outcome === 400 || (typeof outcome === 'number' && outcome > 400 && Number.isFinite(outcome)),
+    ).toBe(true);
   });
 
   it('measures a streamed WAV (data size 0xFFFFFFFF) to the end of the file', () => {
