@@ -8,6 +8,22 @@
  * The probe bills the longer of these and the parser's duration.
  */
 
+/**
+ * Samples counted per sample rate, summed to ms once at the end: adding `samples / rate` frame by frame drifts
+ * (0.256 s added 15,625 times is not 4000 ms), and a duration rounded up to the ms would bill the drift.
+ */
+class SampleCount {
+  readonly #byRate = new Map<number, number>();
+  add(samples: number, rate: number): void {
+    this.#byRate.set(rate, (this.#byRate.get(rate) ?? 0) + samples);
+  }
+  get ms(): number {
+    let ms = 0;
+    for (const [rate, samples] of this.#byRate) ms += (samples * 1000) / rate;
+    return ms;
+  }
+}
+
 // MPEG audio frame header tables (ISO/IEC 11172-3, 13818-3), indexed by the header's fields.
 const SAMPLE_RATES: Readonly<Record<number, readonly number[]>> = {
   3: [44_100, 48_000, 32_000], // MPEG-1
@@ -89,7 +105,7 @@ const signatureOf = (bytes: Uint8Array, at: number): number =>
  */
 export const mpegDurationMs = (bytes: Uint8Array): number | null => {
   let at = afterId3v2(bytes);
-  let seconds = 0;
+  const counted = new SampleCount();
   let frames = 0;
   let signature: number | null = null;
   let first = true;
@@ -113,14 +129,14 @@ export const mpegDurationMs = (bytes: Uint8Array): number | null => {
       continue;
     }
     if (!(first && isTagFrame(bytes, at, frame))) {
-      seconds += frame.samples / frame.sampleRate;
+      counted.add(frame.samples, frame.sampleRate);
       frames++;
     }
     if (signature === null && !first) signature = signatureOf(bytes, at);
     first = false;
     at = next;
   }
-  return frames > 0 ? seconds * 1000 : null;
+  return frames > 0 ? counted.ms : null;
 };
 
 /** WAVE format tags whose data chunk is plain samples: PCM, IEEE float, A-law and µ-law. */
@@ -256,7 +272,7 @@ export const flacDurationMs = (bytes: Uint8Array): number | null => {
       4 + (((bytes[at + 1] as number) << 16) | ((bytes[at + 2] as number) << 8) | (bytes[at + 3] as number));
     if (header & 0x80) break; // the last metadata block
   }
-  let seconds = 0;
+  const counted = new SampleCount();
   let nextNumber = 0;
   let nextSample = 0;
   for (; at < bytes.length - 1; at++) {
@@ -265,11 +281,11 @@ export const flacDurationMs = (bytes: Uint8Array): number | null => {
     if (frame === null || frame.number !== (frame.variable ? nextSample : nextNumber)) continue;
     const rate = frame.sampleRate ?? streamRate;
     if (rate === 0) continue;
-    seconds += frame.blockSize / rate;
+    counted.add(frame.blockSize, rate);
     nextNumber++;
     nextSample += frame.blockSize;
   }
-  return seconds > 0 ? seconds * 1000 : null;
+  return nextNumber > 0 ? counted.ms : null;
 };
 
 // ---------------------------------------------------------------------------------------------------------

@@ -156,6 +156,8 @@ describe('the transcription probe bills what decoders play, not what a header cl
 
   it('is not fooled by a FLAC whose STREAMINFO sample count is edited down', async () => {
     const flac = await encodeAudio(makeWav({ durationMs: 5000, sampleRate: 16_000 }), 'flac');
+    // Exactly: counted in samples, not summed in float seconds (which drifted past 5000 and billed a ms more).
+    expect(flacDurationMs(flac)).toBe(5000);
     const edited = Buffer.from(flac);
     // STREAMINFO's 36-bit total sample count: the low nibble of byte 21, then bytes 22–25.
     edited[21] = (edited[21] as number) & 0xf0;
