@@ -28,20 +28,22 @@ export const createHandler = (container: () => Container) =>
       { requestId: call.requestId, estimatedTokens: 0, holdAmount: costOf(resolved.model, usage) },
       call,
     );
-    const body = await c.gateway.route(resolved, call, true, async (deployment, keyIndex) => {
-      const reply = await c.provider(deployment.adapter, 'transcriptions').transcribe({
+    const reply = await c.gateway.route(resolved, call, true, async (deployment, keyIndex) => {
+      const upstream = await c.provider(deployment.adapter, 'transcriptions').transcribe({
         deployment,
         keyIndex,
         file,
         fields: upstreamTranscriptionFields(request, deployment.upstreamModel),
       });
-      return transcriptionBody(request.response_format, reply.body, audio.durationMs);
+      return transcriptionBody(request.response_format, upstream.body, audio.durationMs);
     });
-    call.succeeded(usage);
+    // The hold covered our measure; a provider's clearly longer decode is billed above it (ARCHITECTURE.md §7:
+    // a cost above its hold is still debited).
+    call.succeeded(reply.audioMs === audio.durationMs ? usage : transcriptionUsage(reply.audioMs));
     return {
       statusCode: 200,
       headers: { 'content-type': TRANSCRIPTION_FORMATS[request.response_format] },
-      body,
+      body: reply.body,
     };
   });
 

@@ -133,13 +133,43 @@ export const upstreamTranscriptionFields = (
 };
 
 /**
- * The client's transcription body from the upstream's. JSON formats must be a transcription object (else the
- * reply is a protocol fault and another deployment is tried) and get `usage` as we measured and bill it;
- * text formats pass through.
+ * How far an upstream's reported duration may run past ours before it is billed instead: providers report whole
+ * seconds, rounded up (OpenAI's `usage.seconds`), which is not more audio.
  */
-export const transcriptionBody = (format: TranscriptionFormat, upstream: Buffer, audioMs: number): string => {
+export const REPORTED_DURATION_SLACK_MS = 1000;
+
+/**
+ * The duration a transcription is billed on: ours, unless the upstream says it transcribed clearly more. Our
+ * measure reads the file; the provider decodes it — if a file was made to read shorter than it plays (an edited
+ * header we could not see through), the provider's decode is the truth, and what we pay for.
+ */
+export const billedAudioMs = (measuredMs: number, reportedMs: number | null): number =>
+  reportedMs !== null && reportedMs > measuredMs + REPORTED_DURATION_SLACK_MS
+    ? Math.ceil(reportedMs)
+    : measuredMs;
+
+/** The audio duration an upstream's JSON transcription reports (`usage.seconds`, or verbose_json's `duration`). */
+const reportedMs = (body: Record<string, unknown>): number | null => {
+  const usage = body.usage as { type?: unknown; seconds?: unknown } | undefined;
+  const seconds =
+    usage?.type === 'duration' && typeof usage.seconds === 'number' ? usage.seconds : body.duration;
+  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds >= 0 && seconds < 86_400
+    ? seconds * 1000
+    : null;
+};
+
+/**
+ * The client's transcription body from the upstream's, and the duration it is billed on. JSON formats must be a
+ * transcription object (else the reply is a protocol fault and another deployment is tried) and get `usage` as
+ * we bill it; text formats pass through (and carry no duration of the provider's).
+ */
+export const transcriptionBody = (
+  format: TranscriptionFormat,
+  upstream: Buffer,
+  measuredMs: number,
+): { body: string; audioMs: number } => {
   const text = upstream.toString('utf8');
-  if (format !== 'json' && format !== 'verbose_json') return text;
+  if (format !== 'json' && format !== 'verbose_json') return { body: text, audioMs: measuredMs };
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -149,5 +179,6 @@ export const transcriptionBody = (format: TranscriptionFormat, upstream: Buffer,
   if (body === null || typeof body !== 'object' || typeof (body as { text?: unknown }).text !== 'string') {
     throw new UpstreamFailure('protocol', 'upstream transcription has no text');
   }
-  return JSON.stringify({ ...body, usage: { type: 'duration', seconds: audioMs / 1000 } });
+  const audioMs = billedAudioMs(measuredMs, reportedMs(body as Record<string, unknown>));
+  return { body: JSON.stringify({ ...body, usage: { type: 'duration', seconds: audioMs / 1000 } }), audioMs };
 };

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  billedAudioMs,
   countCharacters,
   speechUsage,
   transcriptionBody,
@@ -44,18 +45,35 @@ describe('transcription billing', () => {
 });
 
 describe('transcriptionBody', () => {
-  it('replaces the upstream’s usage with the duration we measured, for JSON formats', () => {
-    const upstream = Buffer.from(JSON.stringify({ text: 'hi', usage: { type: 'duration', seconds: 99 } }));
-    expect(JSON.parse(transcriptionBody('json', upstream, 2_345))).toEqual({
-      text: 'hi',
-      usage: { type: 'duration', seconds: 2.345 },
+  it('bills and shows the duration we measured when the upstream reports its rounded-up whole seconds', () => {
+    const upstream = Buffer.from(JSON.stringify({ text: 'hi', usage: { type: 'duration', seconds: 3 } }));
+    const reply = transcriptionBody('json', upstream, 2_345);
+    expect(reply.audioMs).toBe(2_345);
+    expect(JSON.parse(reply.body)).toEqual({ text: 'hi', usage: { type: 'duration', seconds: 2.345 } });
+  });
+
+  it('bills the upstream’s duration when it decoded clearly more than we measured (a file made to read short)', () => {
+    const json = Buffer.from(JSON.stringify({ text: 'hi', usage: { type: 'duration', seconds: 60 } }));
+    expect(transcriptionBody('json', json, 360)).toEqual({
+      body: JSON.stringify({ text: 'hi', usage: { type: 'duration', seconds: 60 } }),
+      audioMs: 60_000,
     });
+    // verbose_json says it as `duration`.
+    const verbose = Buffer.from(JSON.stringify({ text: 'hi', duration: 59.5, segments: [] }));
+    expect(transcriptionBody('verbose_json', verbose, 360).audioMs).toBe(59_500);
+    // Nonsense is ignored, not billed.
+    for (const seconds of [-1, 'sixty', 1e12, null]) {
+      const odd = Buffer.from(JSON.stringify({ text: 'hi', usage: { type: 'duration', seconds } }));
+      expect(transcriptionBody('json', odd, 360).audioMs).toBe(360);
+    }
+    expect(billedAudioMs(2_000, 3_000)).toBe(2_000);
+    expect(billedAudioMs(2_000, 3_001)).toBe(3_001);
   });
 
   it('passes text formats through', () => {
-    expect(transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:01,000\nhi\n'), 1_000)).toContain(
-      '-->',
-    );
+    expect(
+      transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:01,000\nhi\n'), 1_000).body,
+    ).toContain('-->');
   });
 
   it('fails over on a JSON reply that is not a transcription', () => {

@@ -1,0 +1,72 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeWav } from '#test/audio.ts';
+import { debitOf, fundedAccount, settledWallet } from '#test/billing.ts';
+import { startTestStack, type TestStack } from '#test/stack.ts';
+
+/**
+ * Our measure reads the file; a provider decodes it. When a file was made to read shorter than it plays, the
+ * provider's reported duration is the truth, and what it bills us: the call is billed on it. A provider's
+ * rounding up to whole seconds is not.
+ */
+
+let t: TestStack;
+let upstream: Server;
+/** What the stand-in provider reports as the duration it transcribed, in seconds. */
+let reportedSeconds = 0;
+
+beforeAll(async () => {
+  upstream = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: reportedSeconds } }));
+    });
+  });
+  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+  const { port } = upstream.address() as AddressInfo;
+  t = await startTestStack({ consumers: true, upstreamBaseUrl: `http://127.0.0.1:${port}/v1` });
+}, 120_000);
+
+afterAll(async () => {
+  await t?.stop();
+  await new Promise((resolve) => upstream?.close(resolve));
+});
+
+/** svc-stt: 0.001 USD per minute = 1,000,000 nano-USD per 60,000 ms. */
+const sttCost = (ms: number) => Math.round((ms * 1_000_000) / 60_000);
+
+const transcribe = async (key: string, ms: number) => {
+  const form = new FormData();
+  form.set('file', new Blob([makeWav({ durationMs: ms })]), 'a.wav');
+  form.set('model', 'svc-stt');
+  const res = await fetch(`${t.baseURL}/audio/transcriptions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}` },
+    body: form,
+  });
+  expect(res.status).toBe(200);
+  return {
+    id: res.headers.get('x-request-id') as string,
+    body: (await res.json()) as { usage: { seconds: number } },
+  };
+};
+
+describe('transcription billing against what the provider decoded', () => {
+  it('bills the provider’s duration when it transcribed clearly more than the file read as', async () => {
+    const { id, key } = await fundedAccount(t);
+    reportedSeconds = 60;
+    const call = await transcribe(key, 2_000);
+    expect(call.body.usage.seconds).toBe(60);
+    expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(60_000));
+  });
+
+  it('bills our measure when the provider only rounded up to a whole second', async () => {
+    const { id, key } = await fundedAccount(t);
+    reportedSeconds = 3;
+    const call = await transcribe(key, 2_500);
+    expect(call.body.usage.seconds).toBe(2.5);
+    expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(2_500));
+  });
+});
