@@ -185,8 +185,13 @@ export const faultDetail = (record: SettlementRecord): string => {
   }
 };
 
+/**
+ * The entry a call leaves in the report's recent faults: only the platform's (or an upstream's) failures, as the
+ * model rows count faults. The caller's own errors are counted in the error funnel but are not faults: listed,
+ * anyone without a key could push every real fault out of the twenty with a burst of 401s.
+ */
 export const faultFor = (record: SettlementRecord): FaultEntry | null => {
-  if (isCharged(record.outcome)) return null;
+  if (!PLATFORM_FAULTS.has(record.outcome)) return null;
   return {
     at: record.timings.receivedAt,
     day: utcDay(record.timings.receivedAt),

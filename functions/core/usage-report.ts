@@ -269,6 +269,8 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
       .sort((a, b) => b.count - a.count || a.group.localeCompare(b.group) || a.status - b.status)
       .map((f) => ({ ...f, label: funnelLabel(f.group, f.status) })),
     recent_faults: [...input.recentFaults]
+      // Entries written before caller errors stopped being listed (faultFor) age out with their day.
+      .filter((f) => f.group !== 'agent-error')
       .sort((a, b) => b.at - a.at)
       .slice(0, RECENT_FAULTS)
       .map((f) => ({ at: iso(f.at), group: f.group, status: f.status, detail: f.detail })),

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Model } from '#core/registry.ts';
 import type { Outcome, SettlementRecord } from '#core/settlement.ts';
-import { aggregatesFor, faultFor, parseSubject } from '#core/usage-aggregates.ts';
+import { aggregatesFor, faultDetail, faultFor, parseSubject } from '#core/usage-aggregates.ts';
 import { type AggregateRow, buildUsageReport, windowDays } from '#core/usage-report.ts';
 import { chatModel } from '#test/fixtures.ts';
 
@@ -154,7 +154,7 @@ describe('the usage aggregates settlement writes', () => {
       failed('unavailable', 503, 'no_eligible_model'),
       failed('unavailable', 503, 'accounting'),
       failed('internal_error', 500, 'internal'),
-    ].map((r) => faultFor(r)?.detail);
+    ].map(faultDetail);
     expect(details).toEqual([
       'model not found',
       'invalid request',
@@ -281,15 +281,38 @@ describe('buildUsageReport', () => {
     expect(r.recent_faults.map((f) => [f.at, f.group, f.status])).toEqual([
       ['2026-11-22T12:20:00.000Z', 'incident', 503],
       ['2026-11-22T12:00:04.000Z', 'famA-a', 500],
-      ['2026-11-22T12:00:03.000Z', 'agent-error', 429],
-      ['2026-11-22T12:00:02.000Z', 'agent-error', 400],
       ['2026-11-20T12:00:00.000Z', 'famB-x', 500],
     ]);
   });
 
+  it('lists no caller errors among the recent faults, however many there are', () => {
+    const flood = Array.from({ length: 50 }, (_, i) =>
+      failed('unauthenticated', 401, 'client', { at: T0 + 60_000 + i * 1000, model: null }),
+    );
+    for (const record of flood) expect(faultFor(record)).toBeNull();
+    const r = report([...workload, ...flood]);
+    expect(r.recent_faults.map((f) => f.group)).toEqual(['incident', 'famA-a', 'famB-x']);
+    // Still counted where they belong: the error funnel.
+    expect(r.error_funnel).toContainEqual(
+      expect.objectContaining({ group: 'agent-error', status: 401, count: 50 }),
+    );
+    // Entries stored before this change are left out when the report is built.
+    const stored = {
+      at: T0,
+      day: '2026-11-22',
+      requestId: 'r',
+      group: 'agent-error',
+      status: 401,
+      detail: 'x',
+    };
+    expect(
+      buildUsageReport({ now: T0 + MIN, models, rows: [], recentFaults: [stored] }).recent_faults,
+    ).toEqual([]);
+  });
+
   it('lists at most the 20 most recent faults', () => {
     const many = Array.from({ length: 25 }, (_, i) =>
-      failed('client_error', 400, 'client', { at: T0 + i * 1000 }),
+      failed('upstream_error', 500, 'server_error', { at: T0 + i * 1000 }),
     );
     const r = report(many);
     expect(r.recent_faults).toHaveLength(20);
