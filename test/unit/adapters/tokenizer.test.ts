@@ -1,0 +1,56 @@
+import { countTokens } from 'gpt-tokenizer';
+import { describe, expect, it, vi } from 'vitest';
+import { o200kTokenCounter } from '#adapters/tokenizer.ts';
+
+/** Every text the BPE itself is handed, to check no long run reaches it. */
+const seen: string[] = [];
+vi.mock('gpt-tokenizer', async (importOriginal) => {
+  const original = await importOriginal<typeof import('gpt-tokenizer')>();
+  return {
+    ...original,
+    countTokens: (text: string, options?: Parameters<typeof original.countTokens>[1]) => {
+      seen.push(text);
+      return original.countTokens(text, options);
+    },
+  };
+});
+
+const letters = (n: number) =>
+  Array.from({ length: n }, (_, i) => String.fromCharCode(97 + ((i * 7919) % 26))).join('');
+const longestRun = (text: string) => Math.max(0, ...(text.match(/\S+/g) ?? []).map((r) => r.length));
+
+describe('o200kTokenCounter', () => {
+  it('counts ordinary text exactly as the BPE does', () => {
+    for (const text of [
+      '',
+      'hello',
+      'The quick brown fox jumps over the lazy dog. '.repeat(500),
+      '😀 '.repeat(300),
+    ]) {
+      expect(o200kTokenCounter.count(text)).toBe(text === '' ? 0 : countTokens(text));
+    }
+  });
+
+  it('never hands the BPE a run of over 256 non-space characters (its cost is quadratic in a run)', () => {
+    seen.length = 0;
+    const text = `Start. ${letters(200_000)} middle ${'!?'.repeat(5_000)} end.`;
+    o200kTokenCounter.count(text);
+    expect(seen.length).toBeGreaterThan(700);
+    expect(Math.max(...seen.map(longestRun))).toBeLessThanOrEqual(256);
+  });
+
+  it('counts a long run within a token per 256 characters of the whole run’s count', () => {
+    const run = letters(20_000);
+    const exact = countTokens(run);
+    const sliced = o200kTokenCounter.count(`a ${run} b`);
+    expect(sliced - countTokens('a  b')).toBeGreaterThanOrEqual(exact);
+    expect(sliced - countTokens('a  b') - exact).toBeLessThanOrEqual(Math.ceil(20_000 / 256));
+  });
+
+  it('does not split a surrogate pair between slices', () => {
+    seen.length = 0;
+    const run = `a${'😀'.repeat(300)}`; // 601 UTF-16 units: a slice boundary falls inside a pair
+    o200kTokenCounter.count(run);
+    for (const slice of seen) expect(slice).not.toMatch(/^[\uDC00-\uDFFF]|[\uD800-\uDBFF]$/);
+  });
+});
