@@ -232,8 +232,14 @@ export class Admission {
       : `Rate limit reached for ${label}: Limit ${limit}, Used ${limit - status.remaining}, Requested ${charges[check.dimension]}. Please try again in ${formatDuration(check.retryAfterUs)}.`;
     return new RateLimitError(kind, message, {
       ...rateLimitHeaders(limits, state, nowUs),
-      'retry-after': String(retrySeconds),
-      'retry-after-ms': String(Math.ceil(check.retryAfterUs / 1000)),
+      // A request larger than the limit itself never fits: no retry time, which clients (the openai SDKs honour
+      // retry-after-ms) would take as an invitation to retry in vain.
+      ...(check.exceedsLimit
+        ? {}
+        : {
+            'retry-after': String(retrySeconds),
+            'retry-after-ms': String(Math.ceil(check.retryAfterUs / 1000)),
+          }),
     });
   }
 }

@@ -114,6 +114,19 @@ describe('rate limits (GCRA, injected clock)', () => {
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
   });
 
+  it('refuse a request larger than the limit itself without a retry time: waiting cannot make it fit', async () => {
+    const { key } = await account();
+    // 100 000 TPM: a 100 001-token completion cap never fits, however long the client waits.
+    const refused = await chat(key, { model: 'svc-free-famA', max_tokens: 100_001 });
+    expect(refused.status).toBe(429);
+    const body = (await refused.json()) as { error: { type: string; message: string } };
+    expect(body.error.type).toBe('tokens');
+    expect(body.error.message).toMatch(/^Request too large for tokens per minute/);
+    expect(refused.headers.get('retry-after')).toBeNull();
+    expect(refused.headers.get('retry-after-ms')).toBeNull();
+    expect(refused.headers.get('x-ratelimit-limit-tokens')).toBe('100000');
+  });
+
   it('count per account across all its keys', async () => {
     const { id, key } = await account();
     const { key: second } = await t.stack.container.accounts.createKey(id);

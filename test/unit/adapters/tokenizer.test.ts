@@ -17,7 +17,7 @@ vi.mock('gpt-tokenizer', async (importOriginal) => {
 
 const letters = (n: number) =>
   Array.from({ length: n }, (_, i) => String.fromCharCode(97 + ((i * 7919) % 26))).join('');
-const longestRun = (text: string) => Math.max(0, ...(text.match(/\S+/g) ?? []).map((r) => r.length));
+const longestRun = (text: string) => Math.max(0, ...(text.match(/\S+|\s+/g) ?? []).map((r) => r.length));
 
 describe('o200kTokenCounter', () => {
   it('counts ordinary text exactly as the BPE does', () => {
@@ -31,9 +31,9 @@ describe('o200kTokenCounter', () => {
     }
   });
 
-  it('never hands the BPE a run of over 256 non-space characters (its cost is quadratic in a run)', () => {
+  it('never hands the BPE a run of over 256 non-space or space characters (its cost is quadratic in a run)', () => {
     seen.length = 0;
-    const text = `Start. ${letters(200_000)} middle ${'!?'.repeat(5_000)} end.`;
+    const text = `Start. ${letters(200_000)} middle ${'!?'.repeat(5_000)}${' \t'.repeat(40_000)}${'\n'.repeat(9_000)} end.`;
     o200kTokenCounter.count(text);
     expect(seen.length).toBeGreaterThan(700);
     expect(Math.max(...seen.map(longestRun))).toBeLessThanOrEqual(256);
