@@ -23,9 +23,12 @@ export const createHandler = (container: () => Container) =>
     );
     const resolved = await c.gateway.resolve(request.model, 'transcription', call);
     const audio = await c.audio.probe(file.bytes);
-    const usage = transcriptionUsage(audio.durationMs);
     await c.gateway.admit(
-      { requestId: call.requestId, estimatedTokens: 0, holdAmount: costOf(resolved.model, usage) },
+      {
+        requestId: call.requestId,
+        estimatedTokens: 0,
+        holdAmount: costOf(resolved.model, transcriptionUsage(audio.durationMs)),
+      },
       call,
     );
     const reply = await c.gateway.route(resolved, call, true, async (deployment, keyIndex) => {
@@ -39,7 +42,7 @@ export const createHandler = (container: () => Container) =>
     });
     // The hold covered our measure; a provider's clearly longer decode is billed above it (ARCHITECTURE.md §7:
     // a cost above its hold is still debited).
-    call.succeeded(reply.audioMs === audio.durationMs ? usage : transcriptionUsage(reply.audioMs));
+    call.succeeded(transcriptionUsage(reply.audioMs));
     return {
       statusCode: 200,
       headers: { 'content-type': TRANSCRIPTION_FORMATS[request.response_format] },

@@ -9,7 +9,7 @@
  * Inline `[[sim: ...]]` directives go in the `prompt` field, the only free text of the request.
  */
 import { parseBuffer } from 'music-metadata';
-import { countedDurationMs, isWebm, webmDurationMs } from '#adapters/audio-duration.ts';
+import { countedDurationMs, liveWebmDurationMs } from '#adapters/audio-duration.ts';
 import { formatOf } from '#adapters/audio-probe.ts';
 import type { ApiCall, ApiEndpoint, ApiRejection } from '#sim/api.ts';
 import { invalidRequestError, type OpenAiErrorBody } from '#sim/errors.ts';
@@ -186,7 +186,7 @@ export async function measureDuration(
     }
   }
   // A live WebM recording (clusters of unknown size), which music-metadata does not read.
-  const live = isWebm(bytes) ? webmDurationMs(bytes) : null;
+  const live = liveWebmDurationMs(bytes);
   return live !== null && live > 0 ? live / 1000 : null;
 }
 

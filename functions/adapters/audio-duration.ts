@@ -307,7 +307,7 @@ const EBML = {
 const CONTAINERS = new Set<number>([EBML.segment, EBML.cluster, EBML.info, EBML.blockGroup]);
 
 /** Whether the bytes are an EBML document of type `webm` (its header, with the DocType, comes first). */
-export const isWebm = (bytes: Uint8Array): boolean =>
+const isWebm = (bytes: Uint8Array): boolean =>
   bytes[0] === 0x1a &&
   bytes[1] === 0x45 &&
   bytes[2] === 0xdf &&
@@ -399,3 +399,10 @@ const COUNTERS: Readonly<Record<string, (bytes: Uint8Array) => number | null>> =
 /** The duration counted from the audio of a file of `format` (as the probe names formats), when we count that format. */
 export const countedDurationMs = (format: string, bytes: Uint8Array): number | null =>
   COUNTERS[format]?.(bytes) ?? null;
+
+/**
+ * The duration of a WebM that a metadata parser refuses — a live recorder's (MediaRecorder), whose clusters have
+ * unknown sizes — from its blocks alone; null when the bytes are not WebM.
+ */
+export const liveWebmDurationMs = (bytes: Uint8Array): number | null =>
+  isWebm(bytes) ? webmDurationMs(bytes) : null;

@@ -2,13 +2,14 @@ import { parseBuffer } from 'music-metadata';
 import { TRANSCRIPTION_INPUT_FORMATS } from '#core/audio.ts';
 import { InvalidRequestError } from '#core/errors.ts';
 import type { AudioInfo, AudioProbe } from '#core/ports.ts';
-import { countedDurationMs, isWebm, webmDurationMs } from './audio-duration.ts';
+import { countedDurationMs, liveWebmDurationMs } from './audio-duration.ts';
 
 /**
  * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
  * metadata parser (music-metadata: RIFF, MPEG frames, FLAC STREAMINFO, Ogg granules, Matroska, MP4 boxes),
  * never taken from the client — and, for MP3, WAV, FLAC and WebM, whose headers' counts a client can simply
- * edit (or a recording made to a pipe lacks), also counted from the audio itself (audio-duration.ts). A file the parser cannot read, or of a format the endpoint does not accept,
+ * edit (or a recording made to a pipe lacks), also counted from the audio itself (audio-duration.ts). A file
+ * the parser cannot read, or of a format the endpoint does not accept,
  * is refused before anything is held or sent upstream.
  */
 
@@ -31,6 +32,9 @@ export const formatOf = (container: string | undefined): string | null => {
  */
 const MAX_DURATION_MS = 24 * 60 * 60 * 1000;
 
+/** Some audio, and finite: a crafted header can overflow a count, and a duration must price to a number. */
+const measurable = (ms: number): boolean => ms > 0 && Number.isFinite(ms) && ms <= MAX_DURATION_MS;
+
 const ACCEPTED = `Supported formats: ${TRANSCRIPTION_INPUT_FORMATS.join(', ')}.`;
 
 const unreadable = (detail: string) =>
@@ -52,9 +56,8 @@ export const musicMetadataProbe: AudioProbe = {
     } catch (error) {
       // music-metadata refuses Matroska clusters of unknown size, which is how a live recorder (a browser's
       // MediaRecorder) writes WebM: those are measured by their blocks alone.
-      const live = isWebm(bytes) ? webmDurationMs(bytes) : null;
-      if (live !== null && live > 0 && Number.isFinite(live) && live <= MAX_DURATION_MS)
-        return { format: 'webm', durationMs: Math.ceil(live) };
+      const live = liveWebmDurationMs(bytes) ?? 0;
+      if (measurable(live)) return { format: 'webm', durationMs: Math.ceil(live) };
       if (error instanceof Error && error.name === 'CouldNotDetermineFileTypeError') {
         throw new InvalidRequestError(`Unrecognized audio file format. ${ACCEPTED}`, 'invalid_file_format', {
           param: 'file',
@@ -76,9 +79,7 @@ export const musicMetadataProbe: AudioProbe = {
     // decoders play is counted from the audio itself, and the longer of the two is billed.
     const counted = countedDurationMs(format, bytes) ?? 0;
     const durationMs = Math.max(headerMs, counted);
-    // Finite too: a crafted header can overflow a count, and a duration must price to a number.
-    if (!(durationMs > 0 && Number.isFinite(durationMs) && durationMs <= MAX_DURATION_MS))
-      throw unreadable('it holds no audio whose duration can be measured');
+    if (!measurable(durationMs)) throw unreadable('it holds no audio whose duration can be measured');
     // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
     return { format, durationMs: Math.ceil(durationMs) };
   },
