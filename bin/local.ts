@@ -2,7 +2,8 @@
  * `npm start`: the gateway on one machine, on its embedded defaults — DynamoDB Local, the SQS and S3
  * emulators, the upstream simulator, and the Lambda handlers behind a local Function URL. Configuration is
  * by environment (see README): PORT, HOST, GATEWAY_INSTANCES, DEMO_API_KEY, DEMO_BALANCE_USD, REGISTRY_FILE, UPSTREAM_BASE_URL,
- * UPSTREAM_API_KEY, UPSTREAM_MODEL, DATA_DIR, LOG_LEVEL, and the functions' own tunables. Stops cleanly on SIGINT/SIGTERM.
+ * UPSTREAM_API_KEY, UPSTREAM_MODEL, DATA_DIR, SHUTDOWN_GRACE_MS, LOG_LEVEL, and the functions' own tunables. On
+ * SIGINT/SIGTERM/SIGHUP it finishes and settles the calls under way, then stops cleanly.
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -62,21 +63,47 @@ const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };
 for (const name of ['LOG_LEVEL', 'PRICE_MIN_MARGIN', ...TUNABLE_ENV])
   if (env[name]) functionEnv[name] = env[name];
 
+/**
+ * How long a stop waits for the requests under way to finish, and then for the consumer to settle the queue.
+ * The local settlement queue lives in memory: a record still on it when the process ends is a call served and
+ * never charged (with DATA_DIR the wallet outlives the queue). A second signal stops at once.
+ */
+const shutdownGraceMs = Number(env.SHUTDOWN_GRACE_MS ?? 30_000);
+if (!Number.isInteger(shutdownGraceMs) || shutdownGraceMs < 0 || shutdownGraceMs > 3_600_000)
+  fail(`SHUTDOWN_GRACE_MS must be a whole number of milliseconds up to 3600000, got "${env.SHUTDOWN_GRACE_MS}"`);
+
+const signalExitCode = (signal: NodeJS.Signals) =>
+  128 + (signal === 'SIGINT' ? 2 : signal === 'SIGHUP' ? 1 : 15);
+
 // Installed before start-up: a signal that arrives while the emulators start would otherwise end the process
 // without its 'exit' event, and the DynamoDB Local JVM (stopped from that event) would outlive it.
 let stack: LocalStack | null = null;
-let stopping = false;
+/** When the first stop signal came (0: none yet). */
+let stoppingSince = 0;
+/**
+ * One Ctrl-C under `npm start` arrives twice: the terminal signals the whole process group, and npm forwards
+ * its own copy. A repeat this soon is that echo, not a person asking to stop now.
+ */
+const SIGNAL_ECHO_MS = 500;
 const shutdown = async (signal: NodeJS.Signals) => {
-  if (stopping) return;
-  stopping = true;
-  console.log(`${signal}: stopping`);
-  if (!stack) process.exit(128 + (signal === 'SIGINT' ? 2 : 15)); // the exit hook stops the JVM
+  // The exit hook stops the JVM, however the process ends.
+  if (!stack) process.exit(signalExitCode(signal));
+  if (stoppingSince > 0) {
+    if (Date.now() - stoppingSince < SIGNAL_ECHO_MS) return;
+    console.log(`${signal}: stopping now, without waiting for requests or settlements`);
+    process.exit(signalExitCode(signal));
+  }
+  stoppingSince = Date.now();
+  console.log(
+    `${signal}: finishing requests under way and settling them (up to ${shutdownGraceMs / 1000} s each); signal again to stop now`,
+  );
   rmSync(STACK_FILE, { force: true });
-  await stack.stop();
+  await stack.stop({ graceMs: shutdownGraceMs });
   process.exit(0);
 };
-process.on('SIGINT', () => void shutdown('SIGINT'));
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
+// SIGHUP too: the JVM has its own process group (emulators.ts), so a closed terminal reaches only this process.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const)
+  process.on(signal, () => void shutdown(signal));
 
 const started = Date.now();
 stack = await startLocalStack({

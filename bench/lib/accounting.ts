@@ -2,8 +2,9 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { DynamoDBClient, TransactWriteItemsCommand } from '@aws-sdk/client-dynamodb';
-import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { SQSClient } from '@aws-sdk/client-sqs';
 import { localClientConfig } from '#local/emulators.ts';
+import { waitForEmptyQueue } from '#local/queue-drain.ts';
 import type { StackFile } from '#local/stack-file.ts';
 import { type Distribution, distribution } from './stats.ts';
 
@@ -78,23 +79,10 @@ export const measureStoreRoundTrip = async (
 export const settlementsDone = async (stackFile: string, maxMs = 30_000): Promise<void> => {
   const stack = JSON.parse(readFileSync(stackFile, 'utf8')) as StackFile;
   const sqs = new SQSClient(localClientConfig(stack.emulators.sqs));
-  const deadline = Date.now() + maxMs;
   // Records may still sit in the local host's sender for its batching linger (20 ms) before they are queued.
   await new Promise((resolve) => setTimeout(resolve, 50));
   try {
-    while (Date.now() < deadline) {
-      const { Attributes = {} } = await sqs.send(
-        new GetQueueAttributesCommand({
-          QueueUrl: stack.resources.settlementQueueUrl,
-          AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
-        }),
-      );
-      const left =
-        Number(Attributes.ApproximateNumberOfMessages) +
-        Number(Attributes.ApproximateNumberOfMessagesNotVisible);
-      if (left === 0) return;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await waitForEmptyQueue(sqs, stack.resources.settlementQueueUrl, maxMs);
   } finally {
     sqs.destroy();
   }

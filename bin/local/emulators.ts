@@ -124,7 +124,10 @@ const spawnDynamoDbLocal: typeof packageSpawn = (() => {
   const prefix = cpus ? ['taskset', '-c', cpus] : [];
   return createSpawn(packageDir, ((command: string, args: readonly string[], options: object) => {
     const argv = [...prefix, command, ...args, ...DYNAMODB_LOCAL_OPTIONS];
-    return spawn(argv[0] as string, argv.slice(1), options);
+    // In a process group of its own: a Ctrl-C in the terminal signals the whole foreground group, and the store
+    // must outlive the signal long enough for the host's orderly stop to settle the calls under way. The host
+    // stops the JVM itself, on stop() and on any exit (killOnExit).
+    return spawn(argv[0] as string, argv.slice(1), { ...options, detached: true });
   }) as typeof spawn);
 })();
 

@@ -108,7 +108,17 @@ export interface InstanceServer {
   readonly server: Server;
   /** Requests this instance has been handed (the site's included). */
   served(): number;
+  /**
+   * Stops taking connections and lets the requests under way finish — each invocation to its end, settlement
+   * record sent — for up to `graceMs`, then closes every connection; requests still running then see their
+   * client hang up and settle as `client_aborted`, which they are given a moment more to do. Resolves to the
+   * number of requests that had to be cut.
+   */
+  drain(graceMs: number): Promise<number>;
 }
+
+/** After the grace period, how long cut requests get to record their hang-up and send their settlement. */
+const CUT_SETTLE_MS = 2_000;
 
 /** The HTTP server of one instance: the site root from the bucket, everything else to the functions. */
 export const createInstanceServer = (
@@ -117,13 +127,50 @@ export const createInstanceServer = (
   onError: (error: unknown) => void,
 ): InstanceServer => {
   let served = 0;
+  let draining = false;
+  const running = new Set<Promise<void>>();
   const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
     served++;
-    (site.handles(req) ? site.serve(req, res) : serve(routes, req, res)).catch((error: unknown) => {
-      onError(error);
-      if (!res.headersSent) res.writeHead(500).end();
-      else res.destroy();
+    // A request that arrives on a kept-alive connection while draining is served, and its connection closed.
+    if (draining) res.shouldKeepAlive = false;
+    const work = (site.handles(req) ? site.serve(req, res) : serve(routes, req, res)).catch(
+      (error: unknown) => {
+        onError(error);
+        if (!res.headersSent) res.writeHead(500).end();
+        else res.destroy();
+      },
+    );
+    running.add(work);
+    void work.finally(() => {
+      running.delete(work);
+      if (draining) server.closeIdleConnections();
     });
   });
-  return { server, served: () => served };
+  /** Waits until no request runs (including ones that arrive meanwhile) or the deadline passes. */
+  const settle = async (deadline: number) => {
+    while (running.size > 0 && Date.now() < deadline) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.allSettled([...running]),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, deadline - Date.now());
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+  };
+  return {
+    server,
+    served: () => served,
+    drain: async (graceMs) => {
+      draining = true;
+      server.close();
+      server.closeIdleConnections();
+      await settle(Date.now() + graceMs);
+      const cut = running.size;
+      server.closeAllConnections();
+      await settle(Date.now() + CUT_SETTLE_MS);
+      return cut;
+    },
+  };
 };

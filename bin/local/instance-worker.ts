@@ -44,13 +44,20 @@ await new Promise<void>((resolve, reject) => {
 });
 parentPort?.postMessage('ready');
 
-parentPort?.on('message', async (message: 'stop' | 'served') => {
+/** What the host asks of this instance: how many it served, to drain (see InstanceServer.drain), or to stop. */
+export type InstanceRequest = 'served' | { readonly drain: number } | 'stop';
+
+parentPort?.on('message', async (message: InstanceRequest) => {
   if (message === 'served') {
     parentPort?.postMessage({ served: instance.served() });
     return;
   }
+  if (typeof message === 'object') {
+    parentPort?.postMessage({ cut: await instance.drain(message.drain) });
+    return;
+  }
   instance.server.closeAllConnections();
-  await new Promise((resolve) => instance.server.close(resolve));
+  if (instance.server.listening) await new Promise((resolve) => instance.server.close(resolve));
   site.close();
   await settlements.stop();
   await container.close();

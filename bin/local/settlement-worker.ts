@@ -37,15 +37,20 @@ interface Channel {
   postMessage(value: unknown): void;
 }
 
+/** Records handed over and not yet accepted by SQS (or refused): a stop waits for them. */
+const sending = new Set<Promise<void>>();
+
 /** Sends the records of a handoff; acknowledgements that settle in one turn go back in one message. */
 const acceptor = (channel: Channel) => {
   const ack = perTurn<SettlementAck>((acks) => channel.postMessage(acks));
   return (handoff: readonly SettlementHandoff[]) => {
     for (const { id, record } of handoff) {
-      sink.send(record).then(
+      const sent = sink.send(record).then(
         () => ack({ id }),
         (error: unknown) => ack({ id, error: error instanceof Error ? error.message : String(error) }),
       );
+      sending.add(sent);
+      void sent.finally(() => sending.delete(sent));
     }
   };
 };
@@ -56,8 +61,10 @@ export interface AttachPort {
 }
 
 const fromParent = parentPort ? acceptor(parentPort) : () => {};
-parentPort?.on('message', (message: readonly SettlementHandoff[] | AttachPort | 'stop') => {
+parentPort?.on('message', async (message: readonly SettlementHandoff[] | AttachPort | 'stop') => {
   if (message === 'stop') {
+    // Records still lingering for a batch, or on their way, reach SQS before the client goes.
+    await Promise.allSettled([...sending]);
     client.destroy();
     parentPort?.postMessage('stopped');
     return;

@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
+import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import type { Clock } from '#core/ports.ts';
 import { nanoToUsd } from '#core/pricing.ts';
 import { type Config, loadConfig } from '#functions/config.ts';
@@ -11,8 +12,9 @@ import type { ConsumerWorkerInput } from './consumer-worker.ts';
 import { type EmulatorEndpoints, localClientConfig, startEmulators } from './emulators.ts';
 import { createInstanceServer, loadRoutes } from './function-host.ts';
 import { invocationContext } from './function-url.ts';
-import type { InstanceWorkerInput } from './instance-worker.ts';
+import type { InstanceRequest, InstanceWorkerInput } from './instance-worker.ts';
 import { type Provisioned, provision } from './provision.ts';
+import { messagesLeft, waitForEmptyQueue } from './queue-drain.ts';
 import { readRegistryFile } from './registry-file.ts';
 import {
   DEMO_ACCOUNT_ID,
@@ -96,7 +98,17 @@ export interface LocalStack {
   usageReport(event?: UsageReportEvent): Promise<UsageReportSummary>;
   /** Requests each instance has been handed so far, the main thread's first. */
   servedByInstance(): Promise<number[]>;
-  stop(): Promise<void>;
+  /**
+   * Stops everything. With `graceMs`, an orderly drain first, as `npm start` does on a signal: the instances
+   * stop taking connections and finish the requests under way (up to `graceMs`, then cut them), every
+   * settlement record reaches the queue, and the consumer settles the queue (up to `graceMs` more) — the
+   * local queue lives in memory, and a record left on it would be a call served and never charged.
+   */
+  stop(options?: StopOptions): Promise<void>;
+}
+
+export interface StopOptions {
+  readonly graceMs?: number;
 }
 
 /** See SqsSettlementSink: long enough for a busy local host to fill batches; it delays no client. */
@@ -267,7 +279,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     });
     stops.push(async () => {
       server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
+      if (server.listening) await new Promise((resolve) => server.close(resolve));
     });
     const { port } = server.address() as AddressInfo;
     // The other instances listen on the same port once it is known (port 0 picks one above).
@@ -301,8 +313,30 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       container,
       priceSync,
       usageReport: (event) => site.runReport(event),
-      servedByInstance: async () => [main.served(), ...(await Promise.all(workers.map((w) => askServed(w))))],
-      stop: stopAll,
+      servedByInstance: async () => [
+        main.served(),
+        ...(await Promise.all(
+          workers.map((w) => ask<{ served: number }>(w, 'served', 'served').then((r) => r.served)),
+        )),
+      ],
+      stop: async ({ graceMs = 0 } = {}) => {
+        if (graceMs > 0) {
+          await drain({
+            graceMs,
+            instances: [
+              main.drain,
+              ...workers.map(
+                (w) => (ms: number) => ask<{ cut: number }>(w, { drain: ms }, 'cut').then((r) => r.cut),
+              ),
+            ],
+            sqs: localClientConfig(emulators.sqs),
+            queueUrl: (options.consumers ?? true) ? resources.settlementQueueUrl : null,
+            dlqUrl: resources.settlementDlqUrl,
+            log,
+          });
+        }
+        await stopAll();
+      },
     };
   } catch (error) {
     await stopAll();
@@ -310,13 +344,57 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
   }
 };
 
-const askServed = (worker: ServiceWorker<'ready'>): Promise<number> =>
+/** Asks an instance worker something and resolves to its reply, the first message carrying `key`. */
+const ask = <T>(worker: ServiceWorker<'ready'>, request: InstanceRequest, key: keyof T): Promise<T> =>
   new Promise((resolve) => {
     const onMessage = (message: unknown) => {
-      if (typeof message !== 'object' || message === null || !('served' in message)) return;
+      if (typeof message !== 'object' || message === null || !(key in message)) return;
       worker.port.off('message', onMessage);
-      resolve((message as { served: number }).served);
+      resolve(message as T);
     };
     worker.port.on('message', onMessage);
-    worker.port.postMessage('served');
+    worker.port.postMessage(request);
   });
+
+/**
+ * The orderly part of a stop: requests finished, their records on the queue (an invocation ends only once SQS
+ * has its record), the queue settled by the consumer. What could not be done in time is logged, not hidden.
+ */
+const drain = async (options: {
+  graceMs: number;
+  instances: readonly ((graceMs: number) => Promise<number>)[];
+  sqs: SQSClientConfig;
+  /** The settlement queue, when this stack's consumer settles it (null: nothing will empty it). */
+  queueUrl: string | null;
+  dlqUrl: string;
+  log: (line: string) => void;
+}): Promise<void> => {
+  const cut = (
+    await Promise.all(options.instances.map((drainInstance) => drainInstance(options.graceMs)))
+  ).reduce((a, b) => a + b, 0);
+  if (cut > 0)
+    options.log(
+      `${cut} request${cut === 1 ? '' : 's'} still running after ${options.graceMs} ms were cut (settled as client_aborted)`,
+    );
+  const sqs = new SQSClient(options.sqs);
+  try {
+    if (options.queueUrl) {
+      const left = await waitForEmptyQueue(sqs, options.queueUrl, options.graceMs);
+      if (left > 0)
+        options.log(
+          `${left} settlement message${left === 1 ? ' was' : 's were'} still on the queue after ${options.graceMs} ms and are lost with it (their holds expire)`,
+        );
+    }
+    const dead = await messagesLeft(sqs, options.dlqUrl);
+    if (dead > 0)
+      options.log(
+        `${dead} settlement message${dead === 1 ? '' : 's'} on the dead-letter queue ${dead === 1 ? 'is' : 'are'} lost with it (the local queues live in memory)`,
+      );
+  } catch (error) {
+    options.log(
+      `could not check the settlement queue: ${error instanceof Error ? error.message : String(error)}`,
+    );
+  } finally {
+    sqs.destroy();
+  }
+};

@@ -1,9 +1,4 @@
-import {
-  GetQueueAttributesCommand,
-  ReceiveMessageCommand,
-  SendMessageCommand,
-  SQSClient,
-} from '@aws-sdk/client-sqs';
+import { ReceiveMessageCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ledgerBalance } from '#adapters/dynamo-accounting.ts';
@@ -11,6 +6,7 @@ import type { Container } from '#functions/container.ts';
 import { createHandler } from '#functions/settlement.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { invocationContext } from '#local/function-url.ts';
+import { messagesLeft } from '#local/queue-drain.ts';
 import { startPoller } from '#local/settlement-poller.ts';
 import { settledWallet } from '#test/billing.ts';
 import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
@@ -21,19 +17,6 @@ const until = async (check: () => Promise<boolean>, timeoutMs: number, what: str
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-};
-
-/** Messages on the queue, visible or in flight (in-flight ones count until deleted). */
-const messagesLeft = async (sqs: SQSClient, queueUrl: string): Promise<number> => {
-  const { Attributes = {} } = await sqs.send(
-    new GetQueueAttributesCommand({
-      QueueUrl: queueUrl,
-      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
-    }),
-  );
-  return (
-    Number(Attributes.ApproximateNumberOfMessages) + Number(Attributes.ApproximateNumberOfMessagesNotVisible)
-  );
 };
 
 /** An SQS event as Lambda's event source mapping delivers it, one record per `{ body, messageId }`. */
