@@ -88,7 +88,7 @@ export interface PreparedChat {
 export const prepareChat = (request: ChatRequest, model: Model, tokens: TokenCounter): PreparedChat => {
   rejectImagesUnlessMultimodal(request.messages, model);
   const messages = withLanguageRule(request.messages, model);
-  const promptTokens = estimatePromptTokens(messages, request.tools, tokens);
+  const promptTokens = estimatePromptTokens(messages, request, tokens);
   const maxTokens = completionCap(request, model, promptTokens);
   return {
     request,
@@ -160,7 +160,7 @@ const REPLY_PRIMING = 3;
 
 export const estimatePromptTokens = (
   messages: ChatMessage[],
-  tools: ChatRequest['tools'],
+  { tools, response_format: format }: Pick<ChatRequest, 'tools' | 'response_format'>,
   tokens: TokenCounter,
 ): number => {
   let total = REPLY_PRIMING;
@@ -180,7 +180,9 @@ export const estimatePromptTokens = (
     }
     if ('name' in message && message.name) total += tokens.count(message.name) + 1;
   }
+  // Definitions the upstream renders into the prompt, as its own usage will count them.
   if (tools && tools.length > 0) total += tokens.count(JSON.stringify(tools));
+  if (format?.type === 'json_schema') total += tokens.count(JSON.stringify(format.json_schema));
   return total;
 };
 

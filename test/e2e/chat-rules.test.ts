@@ -113,6 +113,22 @@ describe('content and tools', () => {
       ],
     });
     expect(second.status).toBe(200);
+    // The same history with the tool result's id mistyped: refused by us, never sent upstream.
+    t.simulator.clearCalls();
+    const mistyped = await t.post('/chat/completions', {
+      model: 'famA-v4.1-flash',
+      tools,
+      messages: [
+        { role: 'user', content: 'weather?' },
+        first.choices[0]?.message,
+        { role: 'tool', tool_call_id: `${call?.id}x`, content: '{"sky":"clear"}' },
+      ],
+    });
+    expect(mistyped.status).toBe(400);
+    expect(((await mistyped.json()) as { error: { param: string } }).error.param).toBe(
+      'messages[2].tool_call_id',
+    );
+    expect(t.simulator.calls()).toHaveLength(0);
   });
 
   it('passes prompt-cache usage through for prompt-caching models', async () => {

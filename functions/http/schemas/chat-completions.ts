@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { ChatRequest } from '#core/chat.ts';
 import { InvalidRequestError } from '#core/errors.ts';
 import { parseWith } from '../validation.ts';
+import { checkChatConsistency } from './chat-consistency.ts';
 import { withoutNulls } from './nulls.ts';
 
 /**
@@ -10,11 +11,21 @@ import { withoutNulls } from './nulls.ts';
  * Message objects are strict too, so nothing unvetted reaches an upstream.
  */
 
+/**
+ * What an upstream can fetch or decode: an absolute http(s) URL, or `data:image/…;base64,…`. Only the data URL's
+ * prefix is read (the image itself may be megabytes); a bad payload is the upstream's to refuse.
+ */
+const isImageUrl = (url: string): boolean => {
+  if (/^data:image\/[a-z0-9.+-]+;base64,/i.test(url.slice(0, 100))) return true;
+  if (!/^https?:\/\//i.test(url)) return false;
+  return URL.canParse(url);
+};
+
 const textPart = z.strictObject({ type: z.literal('text'), text: z.string() });
 const imagePart = z.strictObject({
   type: z.literal('image_url'),
   image_url: z.strictObject({
-    url: z.string().min(1, 'must be an http(s) or data URL'),
+    url: z.string().refine(isImageUrl, 'expected an http(s) URL or a base64 data URL of an image'),
     detail: z.enum(['auto', 'low', 'high']).optional(),
   }),
 });
@@ -86,7 +97,7 @@ const responseFormat = z.discriminatedUnion(
     z.strictObject({
       type: z.literal('json_schema'),
       json_schema: z.strictObject({
-        name: z.string().min(1),
+        name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'schema names are 1–64 of A-Z a-z 0-9 _ -'),
         description: z.string().optional(),
         schema: z.record(z.string(), z.unknown()).optional(),
         strict: z.boolean().nullish(),
@@ -120,7 +131,11 @@ export const chatRequestSchema = z.strictObject({
   presence_penalty: between(-2, 2).optional(),
   frequency_penalty: between(-2, 2).optional(),
   response_format: responseFormat.optional(),
-  tools: z.array(tool).max(128).optional(),
+  tools: z
+    .array(tool)
+    .min(1, 'empty array. Expected an array with minimum length 1, but got an empty array instead.')
+    .max(128)
+    .optional(),
   tool_choice: toolChoice.optional(),
   seed: z.int({ error: 'must be an integer' }).optional(),
   n: z
@@ -143,6 +158,7 @@ export const parseChatRequest = (body: unknown): ChatRequest => {
       { param: 'stream_options' },
     );
   }
+  checkChatConsistency(request);
   // Annotations describe a past reply; they mean nothing to a model and some upstreams refuse them.
   for (const message of request.messages) if ('annotations' in message) delete message.annotations;
   return request;

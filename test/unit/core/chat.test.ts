@@ -66,6 +66,27 @@ describe('image input', () => {
   });
 });
 
+describe('the prompt estimate', () => {
+  /** One token per character: every character of what the upstream renders shows in the estimate. */
+  const perCharacter = { count: (text: string) => text.length };
+  const schema = { name: 'weather', schema: { type: 'object', properties: { city: { type: 'string' } } } };
+
+  it('counts a json_schema response format, which the upstream renders into the prompt', () => {
+    const plain = prepareChat(request(), chatModel(), perCharacter).promptTokens;
+    const structured = prepareChat(
+      request({ response_format: { type: 'json_schema', json_schema: schema } }),
+      chatModel(),
+      perCharacter,
+    ).promptTokens;
+    expect(structured - plain).toBe(JSON.stringify(schema).length);
+    // A plain JSON mode carries no schema.
+    expect(
+      prepareChat(request({ response_format: { type: 'json_object' } }), chatModel(), perCharacter)
+        .promptTokens,
+    ).toBe(plain);
+  });
+});
+
 describe('the completion cap', () => {
   it('is the client max_tokens when it fits the context window', () => {
     expect(prepareChat(request({ max_tokens: 100 }), chatModel(), wordCounter).maxTokens).toBe(100);

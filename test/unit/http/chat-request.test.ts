@@ -186,3 +186,120 @@ describe('assistant history', () => {
     expect(request.messages[1]).toEqual({ role: 'assistant', content: 'hi', refusal: null });
   });
 });
+
+describe('tools, tool choice and tool results agree, as OpenAI requires', () => {
+  const weather = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } };
+  const calls = (...ids: string[]) => ({
+    role: 'assistant',
+    content: null,
+    tool_calls: ids.map((id) => ({
+      id,
+      type: 'function',
+      function: { name: 'get_weather', arguments: '{}' },
+    })),
+  });
+  const result = (id: string) => ({ role: 'tool', tool_call_id: id, content: 'sunny' });
+  const user = { role: 'user', content: 'weather?' };
+
+  it('refuses an empty tools array', () => {
+    const error = rejection({ ...valid, tools: [] });
+    expect(error.param).toBe('tools');
+    expect(error.message).toContain('empty array');
+  });
+
+  it.each(['none', 'auto', 'required', { type: 'function', function: { name: 'get_weather' } }])(
+    'refuses tool_choice %j without tools',
+    (choice) => {
+      const error = rejection({ ...valid, tool_choice: choice });
+      expect(error.param).toBe('tool_choice');
+      expect(error.message).toBe(
+        "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+      );
+    },
+  );
+
+  it('refuses a tool choice naming a function that is not among the tools, and accepts one that is', () => {
+    const named = (name: string) => ({
+      ...valid,
+      tools: [weather],
+      tool_choice: { type: 'function', function: { name } },
+    });
+    const error = rejection(named('get_time'));
+    expect(error.param).toBe('tool_choice.function.name');
+    expect(error.message).toContain("'get_time' is not among 'tools' ('get_weather')");
+    expect(parseChatRequest(named('get_weather')).tool_choice).toEqual({
+      type: 'function',
+      function: { name: 'get_weather' },
+    });
+  });
+
+  it('accepts parallel calls answered in any order, and a conversation that goes on after them', () => {
+    const messages = [
+      user,
+      calls('a', 'b'),
+      result('b'),
+      result('a'),
+      { role: 'assistant', content: 'sunny' },
+      user,
+    ];
+    expect(parseChatRequest({ ...valid, messages }).messages).toHaveLength(6);
+  });
+
+  it('refuses a tool result that follows no assistant message with tool calls', () => {
+    const error = rejection({ ...valid, messages: [user, result('a')] });
+    expect(error.param).toBe('messages[1].role');
+    expect(error.message).toContain("must be a response to a preceding message with 'tool_calls'");
+    // Nor after a user message that broke the run.
+    expect(rejection({ ...valid, messages: [user, calls('a'), result('a'), user, result('a')] }).param).toBe(
+      'messages[4].role',
+    );
+  });
+
+  it('refuses a tool result whose tool_call_id matches no call, or one already answered', () => {
+    expect(rejection({ ...valid, messages: [user, calls('a'), result('z')] }).param).toBe(
+      'messages[2].tool_call_id',
+    );
+    expect(rejection({ ...valid, messages: [user, calls('a'), result('a'), result('a')] }).param).toBe(
+      'messages[3].tool_call_id',
+    );
+  });
+
+  it('refuses tool calls left unanswered, at the end or before the next message, naming them', () => {
+    const atEnd = rejection({ ...valid, messages: [user, calls('a', 'b'), result('a')] });
+    expect(atEnd.param).toBe('messages[1].tool_calls');
+    expect(atEnd.message).toMatch(/did not have response messages: b$/);
+    expect(rejection({ ...valid, messages: [user, calls('a'), user] }).param).toBe('messages[1].tool_calls');
+  });
+});
+
+describe('response_format and images', () => {
+  it('refuses a json_schema name OpenAI would refuse', () => {
+    const format = (name: string) => ({
+      ...valid,
+      response_format: { type: 'json_schema', json_schema: { name, schema: { type: 'object' } } },
+    });
+    expect(rejection(format('my schema')).param).toBe('response_format.json_schema.name');
+    expect(rejection(format('x'.repeat(65))).param).toBe('response_format.json_schema.name');
+    expect(parseChatRequest(format('My_schema-1')).response_format).toBeDefined();
+  });
+
+  it.each([
+    ['https://example.com/cat.png', true],
+    ['http://example.com/cat.png?size=large', true],
+    [`data:image/png;base64,${'A'.repeat(1000)}`, true],
+    ['data:image/svg+xml;base64,PHN2Zz4=', true],
+    ['cat.png', false],
+    ['ftp://example.com/cat.png', false],
+    ['file:///etc/passwd', false],
+    ['data:text/plain;base64,aGk=', false],
+    ['https://', false],
+    ['', false],
+  ])('image_url %s is accepted: %s', (url, accepted) => {
+    const body = {
+      ...valid,
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }],
+    };
+    if (accepted) expect(parseChatRequest(body).messages).toHaveLength(1);
+    else expect(rejection(body).param).toBe('messages[0].content[0].image_url.url');
+  });
+});
