@@ -158,10 +158,27 @@ const reportedMs = (body: Record<string, unknown>): number | null => {
     : null;
 };
 
+/** A cue's end time in an SRT (`00:01:02,500`) or WebVTT (`01:02.500`, hours optional) timing line. */
+const CUE_END = /-->\s*(?:(\d{1,3}):)?(\d{1,2}):(\d{2})[.,](\d{3})/g;
+
+/**
+ * The latest cue end of an SRT or WebVTT transcription, in ms: how much audio the provider says it heard (at
+ * least — speech may stop before the audio does). Null when the document has no timing line.
+ */
+export const subtitlesEndMs = (text: string): number | null => {
+  let end: number | null = null;
+  for (const [, h = '0', m, s, ms] of text.matchAll(CUE_END)) {
+    const at = ((Number(h) * 60 + Number(m)) * 60 + Number(s)) * 1000 + Number(ms);
+    if (end === null || at > end) end = at;
+  }
+  return end !== null && end < 86_400_000 ? end : null;
+};
+
 /**
  * The client's transcription body from the upstream's, and the duration it is billed on. JSON formats must be a
  * transcription object (else the reply is a protocol fault and another deployment is tried) and get `usage` as
- * we bill it; text formats pass through (and carry no duration of the provider's).
+ * we bill it; subtitles pass through, their last cue standing for the provider's duration; plain text passes
+ * through and carries no duration of the provider's.
  */
 export const transcriptionBody = (
   format: TranscriptionFormat,
@@ -169,6 +186,8 @@ export const transcriptionBody = (
   measuredMs: number,
 ): { body: string; audioMs: number } => {
   const text = upstream.toString('utf8');
+  if (format === 'srt' || format === 'vtt')
+    return { body: text, audioMs: billedAudioMs(measuredMs, subtitlesEndMs(text)) };
   if (format !== 'json' && format !== 'verbose_json') return { body: text, audioMs: measuredMs };
   let body: unknown;
   try {

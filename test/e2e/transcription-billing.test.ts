@@ -18,8 +18,15 @@ let reportedSeconds = 0;
 
 beforeAll(async () => {
   upstream = createServer((req, res) => {
-    req.resume();
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
+      // Subtitles say how long the provider heard in their last cue's end time.
+      if (/name="response_format"\r\n\r\nsrt\r\n/.test(Buffer.concat(chunks).toString('latin1'))) {
+        res.writeHead(200, { 'content-type': 'application/x-subrip' });
+        res.end(`1\n00:00:00,000 --> 00:00:${String(reportedSeconds).padStart(2, '0')},000\nhello\n\n`);
+        return;
+      }
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: reportedSeconds } }));
     });
@@ -37,20 +44,18 @@ afterAll(async () => {
 /** svc-stt: 0.001 USD per minute = 1,000,000 nano-USD per 60,000 ms. */
 const sttCost = (ms: number) => Math.round((ms * 1_000_000) / 60_000);
 
-const transcribe = async (key: string, ms: number) => {
+const transcribe = async (key: string, ms: number, format = 'json') => {
   const form = new FormData();
   form.set('file', new Blob([makeWav({ durationMs: ms })]), 'a.wav');
   form.set('model', 'svc-stt');
+  form.set('response_format', format);
   const res = await fetch(`${t.baseURL}/audio/transcriptions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}` },
     body: form,
   });
   expect(res.status).toBe(200);
-  return {
-    id: res.headers.get('x-request-id') as string,
-    body: (await res.json()) as { usage: { seconds: number } },
-  };
+  return { id: res.headers.get('x-request-id') as string, text: await res.text() };
 };
 
 describe('transcription billing against what the provider decoded', () => {
@@ -58,7 +63,7 @@ describe('transcription billing against what the provider decoded', () => {
     const { id, key } = await fundedAccount(t);
     reportedSeconds = 60;
     const call = await transcribe(key, 2_000);
-    expect(call.body.usage.seconds).toBe(60);
+    expect(JSON.parse(call.text).usage.seconds).toBe(60);
     expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(60_000));
   });
 
@@ -66,7 +71,19 @@ describe('transcription billing against what the provider decoded', () => {
     const { id, key } = await fundedAccount(t);
     reportedSeconds = 3;
     const call = await transcribe(key, 2_500);
-    expect(call.body.usage.seconds).toBe(2.5);
+    expect(JSON.parse(call.text).usage.seconds).toBe(2.5);
     expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(2_500));
+  });
+
+  it('bills an SRT transcription on its last cue when that runs clearly past the file, and on ours when not', async () => {
+    const { id, key } = await fundedAccount(t);
+    reportedSeconds = 45;
+    const long = await transcribe(key, 2_000, 'srt');
+    expect(long.text).toContain('--> 00:00:45,000');
+    reportedSeconds = 3;
+    const rounded = await transcribe(key, 2_500, 'srt');
+    const wallet = await settledWallet(t, id);
+    expect(debitOf(wallet, long.id)).toBe(sttCost(45_000));
+    expect(debitOf(wallet, rounded.id)).toBe(sttCost(2_500));
   });
 });

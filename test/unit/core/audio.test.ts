@@ -3,6 +3,7 @@ import {
   billedAudioMs,
   countCharacters,
   speechUsage,
+  subtitlesEndMs,
   transcriptionBody,
   transcriptionUsage,
   upstreamTranscriptionFields,
@@ -74,6 +75,24 @@ describe('transcriptionBody', () => {
     expect(
       transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:01,000\nhi\n'), 1_000).body,
     ).toContain('-->');
+    expect(transcriptionBody('text', Buffer.from('hi'), 1_000)).toEqual({ body: 'hi', audioMs: 1_000 });
+  });
+
+  it('reads subtitles’ last cue end as the provider’s duration, billed when clearly past ours', () => {
+    const srt = '1\n00:00:00,000 --> 00:00:04,800\nhi\n\n2\n00:00:04,800 --> 00:01:00,250\nthere\n\n';
+    expect(subtitlesEndMs(srt)).toBe(60_250);
+    expect(transcriptionBody('srt', Buffer.from(srt), 360).audioMs).toBe(60_250);
+    // WebVTT may leave out the hours; the latest end counts, wherever its cue is.
+    const vtt = 'WEBVTT\n\n01:05.000 --> 01:10.500\nlate\n\n00:00.000 --> 00:02.000\nearly\n\n';
+    expect(subtitlesEndMs(vtt)).toBe(70_500);
+    expect(transcriptionBody('vtt', Buffer.from(vtt), 2_000).audioMs).toBe(70_500);
+    expect(subtitlesEndMs('WEBVTT\n\n01:02:03.004 --> 01:02:05.006\nx\n')).toBe(3_725_006);
+    // Within the rounding slack, and without any timing line, ours stands.
+    expect(
+      transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:03,000\nhi\n'), 2_500).audioMs,
+    ).toBe(2_500);
+    expect(subtitlesEndMs('WEBVTT\n\n')).toBeNull();
+    expect(transcriptionBody('vtt', Buffer.from('WEBVTT\n\n'), 2_500).audioMs).toBe(2_500);
   });
 
   it('fails over on a JSON reply that is not a transcription', () => {
