@@ -127,7 +127,8 @@ export const upstreamTranscriptionFields = (
   if (request.language !== undefined) fields.push(['language', request.language]);
   if (request.prompt !== undefined) fields.push(['prompt', request.prompt]);
   if (request.temperature !== undefined) fields.push(['temperature', String(request.temperature)]);
-  fields.push(['response_format', request.response_format]);
+  // Plain text is asked for as JSON, which carries the provider's duration (transcriptionBody).
+  fields.push(['response_format', request.response_format === 'text' ? 'json' : request.response_format]);
   for (const g of request.timestamp_granularities) fields.push(['timestamp_granularities[]', g]);
   return fields;
 };
@@ -175,10 +176,10 @@ export const subtitlesEndMs = (text: string): number | null => {
 };
 
 /**
- * The client's transcription body from the upstream's, and the duration it is billed on. JSON formats must be a
- * transcription object (else the reply is a protocol fault and another deployment is tried) and get `usage` as
- * we bill it; subtitles pass through, their last cue standing for the provider's duration; plain text passes
- * through and carries no duration of the provider's.
+ * The client's transcription body from the upstream's, and the duration it is billed on. JSON replies must be a
+ * transcription object (else the reply is a protocol fault and another deployment is tried): JSON formats get
+ * `usage` as we bill it, and `text` — asked upstream as JSON — gets the transcript as OpenAI sends plain text,
+ * with a final newline. Subtitles pass through, their last cue standing for the provider's duration.
  */
 export const transcriptionBody = (
   format: TranscriptionFormat,
@@ -188,7 +189,6 @@ export const transcriptionBody = (
   const text = upstream.toString('utf8');
   if (format === 'srt' || format === 'vtt')
     return { body: text, audioMs: billedAudioMs(measuredMs, subtitlesEndMs(text)) };
-  if (format !== 'json' && format !== 'verbose_json') return { body: text, audioMs: measuredMs };
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -199,5 +199,6 @@ export const transcriptionBody = (
     throw new UpstreamFailure('protocol', 'upstream transcription has no text');
   }
   const audioMs = billedAudioMs(measuredMs, reportedMs(body as Record<string, unknown>));
+  if (format === 'text') return { body: `${(body as { text: string }).text}\n`, audioMs };
   return { body: JSON.stringify({ ...body, usage: { type: 'duration', seconds: audioMs / 1000 } }), audioMs };
 };

@@ -86,4 +86,12 @@ describe('transcription billing against what the provider decoded', () => {
     expect(debitOf(wallet, long.id)).toBe(sttCost(45_000));
     expect(debitOf(wallet, rounded.id)).toBe(sttCost(2_500));
   });
+
+  it('bills a plain-text transcription on the provider’s duration too (asked upstream as JSON)', async () => {
+    const { id, key } = await fundedAccount(t);
+    reportedSeconds = 50;
+    const call = await transcribe(key, 2_000, 'text');
+    expect(call.text).toBe('hello\n');
+    expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(50_000));
+  });
 });

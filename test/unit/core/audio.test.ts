@@ -75,7 +75,19 @@ describe('transcriptionBody', () => {
     expect(
       transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:01,000\nhi\n'), 1_000).body,
     ).toContain('-->');
-    expect(transcriptionBody('text', Buffer.from('hi'), 1_000)).toEqual({ body: 'hi', audioMs: 1_000 });
+  });
+
+  it('serves text from the JSON asked for upstream, billed on the reported duration like JSON', () => {
+    const json = (seconds: number) =>
+      Buffer.from(JSON.stringify({ text: 'hi there', usage: { type: 'duration', seconds } }));
+    expect(transcriptionBody('text', json(2), 1_500)).toEqual({ body: 'hi there\n', audioMs: 1_500 });
+    expect(transcriptionBody('text', json(60), 1_500)).toEqual({ body: 'hi there\n', audioMs: 60_000 });
+    expect(() => transcriptionBody('text', Buffer.from('hi there'), 1_500)).toThrow(UpstreamFailure);
+    const fields = upstreamTranscriptionFields(
+      { model: 'svc-stt', response_format: 'text', timestamp_granularities: [] },
+      'whisper-up',
+    );
+    expect(fields).toContainEqual(['response_format', 'json']);
   });
 
   it('reads subtitles’ last cue end as the provider’s duration, billed when clearly past ours', () => {
