@@ -112,9 +112,14 @@ export interface InstanceServer {
    * Stops taking connections and lets the requests under way finish — each invocation to its end, settlement
    * record sent — for up to `graceMs`, then closes every connection; requests still running then see their
    * client hang up and settle as `client_aborted`, which they are given a moment more to do. Resolves to the
-   * number of requests that had to be cut.
+   * number of requests that had to be cut, and of those that had not ended even then.
    */
-  drain(graceMs: number): Promise<number>;
+  drain(graceMs: number): Promise<DrainResult>;
+}
+
+export interface DrainResult {
+  readonly cut: number;
+  readonly unfinished: number;
 }
 
 /** After the grace period, how long cut requests get to record their hang-up and send their settlement. */
@@ -170,7 +175,7 @@ export const createInstanceServer = (
       const cut = running.size;
       server.closeAllConnections();
       await settle(Date.now() + CUT_SETTLE_MS);
-      return cut;
+      return { cut, unfinished: running.size };
     },
   };
 };

@@ -53,7 +53,7 @@ parentPort?.on('message', async (message: InstanceRequest) => {
     return;
   }
   if (typeof message === 'object') {
-    parentPort?.postMessage({ cut: await instance.drain(message.drain) });
+    parentPort?.postMessage({ drained: await instance.drain(message.drain) });
     return;
   }
   instance.server.closeAllConnections();

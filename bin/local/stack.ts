@@ -10,7 +10,7 @@ import type { UsageReportEvent, UsageReportSummary } from '#functions/usage-repo
 import { queues, tables } from '#lib/resources.ts';
 import type { ConsumerWorkerInput } from './consumer-worker.ts';
 import { type EmulatorEndpoints, localClientConfig, startEmulators } from './emulators.ts';
-import { createInstanceServer, loadRoutes } from './function-host.ts';
+import { createInstanceServer, type DrainResult, loadRoutes } from './function-host.ts';
 import { invocationContext } from './function-url.ts';
 import type { InstanceRequest, InstanceWorkerInput } from './instance-worker.ts';
 import { type Provisioned, provision } from './provision.ts';
@@ -326,7 +326,8 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
             instances: [
               main.drain,
               ...workers.map(
-                (w) => (ms: number) => ask<{ cut: number }>(w, { drain: ms }, 'cut').then((r) => r.cut),
+                (w) => (ms: number) =>
+                  ask<{ drained: DrainResult }>(w, { drain: ms }, 'drained').then((r) => r.drained),
               ),
             ],
             sqs: localClientConfig(emulators.sqs),
@@ -362,19 +363,23 @@ const ask = <T>(worker: ServiceWorker<'ready'>, request: InstanceRequest, key: k
  */
 const drain = async (options: {
   graceMs: number;
-  instances: readonly ((graceMs: number) => Promise<number>)[];
+  instances: readonly ((graceMs: number) => Promise<DrainResult>)[];
   sqs: SQSClientConfig;
   /** The settlement queue, when this stack's consumer settles it (null: nothing will empty it). */
   queueUrl: string | null;
   dlqUrl: string;
   log: (line: string) => void;
 }): Promise<void> => {
-  const cut = (
-    await Promise.all(options.instances.map((drainInstance) => drainInstance(options.graceMs)))
-  ).reduce((a, b) => a + b, 0);
+  const drained = await Promise.all(options.instances.map((drainInstance) => drainInstance(options.graceMs)));
+  const cut = drained.reduce((sum, d) => sum + d.cut, 0);
+  const unfinished = drained.reduce((sum, d) => sum + d.unfinished, 0);
+  const requests = (n: number) => `${n} request${n === 1 ? '' : 's'}`;
   if (cut > 0)
     options.log(
-      `${cut} request${cut === 1 ? '' : 's'} still running after ${options.graceMs} ms were cut (settled as client_aborted)`,
+      `${requests(cut)} still running after ${options.graceMs} ms ${cut === 1 ? 'was' : 'were'} cut` +
+        (unfinished > 0
+          ? `; ${unfinished} of them did not end and sent no settlement (their holds expire uncharged)`
+          : ' and settled as client_aborted'),
     );
   const sqs = new SQSClient(options.sqs);
   try {

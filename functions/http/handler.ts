@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import middy from '@middy/core';
 import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
 import type { APIGatewayProxyEvent } from 'aws-lambda';
@@ -50,6 +51,31 @@ const commonHeaders: middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaC
   },
 };
 
+/** Above this many characters middy writes a string body in slices, waiting for 'drain' between them. */
+const MIDDY_SLICE_CHARS = 16_384;
+
+/**
+ * A response stream that a client's hang-up destroyed never drains, and middy's sliced write of a long string
+ * waits for 'drain' without watching for the close: the invocation would never end, and the work after the
+ * response — the call's settlement — never run (an embeddings reply of 1536 dimensions is ~30 KB). A stream
+ * body is piped instead, and a pipeline ends with its destination's close. Short strings are written at once.
+ */
+const deliverable = (response: HttpResponse): HttpResponse => {
+  if (typeof response.body === 'string' && response.body.length > MIDDY_SLICE_CHARS)
+    response.body = Readable.from([Buffer.from(response.body)]);
+  return response;
+};
+
+/** Applies `deliverable` to every response, errors' included; used first, so that its hooks run last. */
+const longBodiesPiped: middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> = {
+  after: (request) => {
+    if (request.response) deliverable(request.response);
+  },
+  onError: (request) => {
+    if (request.response) deliverable(request.response);
+  },
+};
+
 /** Function URLs and the REST API's streaming integrations send different event shapes (rest-event.ts). */
 const functionUrlShape: middy.MiddlewareObj<
   HttpEvent | APIGatewayProxyEvent,
@@ -92,6 +118,7 @@ export const httpHandler = (fn: HttpHandlerFn, log: () => Logger, methods: reado
   })
     // First, so that every later middleware sees the Function URL shape.
     .use(functionUrlShape)
+    .use(longBodiesPiped)
     .use(commonHeaders)
     .use(errorHandler(log))
     .use(allowMethods(methods))

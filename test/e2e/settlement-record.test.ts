@@ -181,6 +181,37 @@ describe('the settlement record', () => {
     },
   );
 
+  it.each([
+    [
+      'embeddings (1536 dimensions)',
+      '/embeddings',
+      { model: 'svc-embed', input: 'x [[sim: latency_ms=400]]' },
+    ],
+    [
+      'long chat completion',
+      '/chat/completions',
+      body({
+        max_tokens: 6000,
+        messages: [{ role: 'user', content: 'x [[sim: latency_ms=400 completion_tokens=6000]]' }],
+      }),
+    ],
+  ])('settles a non-stream %s whose reply (over 16 KiB) finds its client gone', async (_, path, payload) => {
+    const controller = new AbortController();
+    const sent = fetch(`${t.baseURL}${path}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify(payload),
+      signal: controller.signal,
+    }).catch(() => null);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    controller.abort();
+    await sent;
+    // The upstream answered after the hang-up; the invocation still ends and its record is sent.
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record?.outcome).toMatch(/^(success|client_aborted)$/);
+    expect(record?.cost).toBeGreaterThan(0);
+  });
+
   it('shows the client the usage it is billed on when the upstream reports none', async () => {
     const content = 'hello [[sim: omit_usage=1 completion_tokens=5]]';
     const plain = await t.post('/chat/completions', body({ messages: [{ role: 'user', content }] }));
