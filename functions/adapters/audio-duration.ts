@@ -401,6 +401,14 @@ export const countedDurationMs = (format: string, bytes: Uint8Array): number | n
   COUNTERS[format]?.(bytes) ?? null;
 
 /**
+ * Formats whose count is what decoders play: every MPEG or FLAC frame decodes to the samples its own header
+ * states, every WAV sample byte plays. For these the count is the audio present, whatever a header claims. A
+ * WebM's count reads block timestamps, which are as much the client's to write as its Duration element.
+ */
+export const countsDecodedAudio = (format: string): boolean =>
+  format === 'mp3' || format === 'flac' || format === 'wav';
+
+/**
  * The duration of a WebM that a metadata parser refuses — a live recorder's (MediaRecorder), whose clusters have
  * unknown sizes — from its blocks alone; null when the bytes are not WebM.
  */

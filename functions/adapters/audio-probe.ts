@@ -2,7 +2,7 @@ import { parseBuffer } from 'music-metadata';
 import { TRANSCRIPTION_INPUT_FORMATS } from '#core/audio.ts';
 import { InvalidRequestError } from '#core/errors.ts';
 import type { AudioInfo, AudioProbe } from '#core/ports.ts';
-import { countedDurationMs, liveWebmDurationMs } from './audio-duration.ts';
+import { countedDurationMs, countsDecodedAudio, liveWebmDurationMs } from './audio-duration.ts';
 
 /**
  * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
@@ -76,9 +76,13 @@ export const musicMetadataProbe: AudioProbe = {
     const seconds = metadata.format.duration;
     const headerMs = seconds !== undefined && Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 0;
     // A header's duration is the client's to write, and a recording made to a pipe has none: where we can, what
-    // decoders play is counted from the audio itself, and the longer of the two is billed.
+    // decoders play is counted from the audio itself. Where that count is of decoded samples it is billed, header
+    // or not: a longer header is a truncated file (a recording cut short, a long file cut to the upload limit),
+    // and billing it would charge for audio that is not there; a shorter one was edited. Elsewhere the longer of
+    // the two is billed; and the provider's own decode backs both up (transcriptionBody).
     const counted = countedDurationMs(format, bytes) ?? 0;
-    const durationMs = Math.max(headerMs, counted);
+    const durationMs =
+      countsDecodedAudio(format) && measurable(counted) ? counted : Math.max(headerMs, counted);
     if (!measurable(durationMs)) throw unreadable('it holds no audio whose duration can be measured');
     // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
     return { format, durationMs: Math.ceil(durationMs) };

@@ -7,7 +7,7 @@ import {
   webmDurationMs,
 } from '#adapters/audio-duration.ts';
 import { musicMetadataProbe } from '#adapters/audio-probe.ts';
-import { encodeAudio, encodeAudioToPipe, makeWav } from '#test/audio.ts';
+import { decodeAudio, encodeAudio, encodeAudioToPipe, makeWav } from '#test/audio.ts';
 
 /**
  * Transcription is billed on the duration the probe measures, so a duration a client can write into a header
@@ -172,6 +172,23 @@ describe('the transcription probe bills what decoders play, not what a header cl
     expect(Math.abs((flacDurationMs(edited) ?? 0) - 5000)).toBeLessThan(40);
     expect(flacDurationMs(Buffer.from('fLaC but nothing else at all, not even STREAMINFO'))).toBeNull();
   });
+
+  it.each(['mp3', 'flac', 'wav'] as const)(
+    'bills a %s cut short on the audio it still holds, not on the duration its header claims',
+    async (format) => {
+      const whole =
+        format === 'wav'
+          ? makeWav({ durationMs: 20_000 })
+          : await encodeAudio(makeWav({ durationMs: 20_000 }), format);
+      // A recording cut off, or a long file cut to size with `head -c`: the header still says 20 s.
+      const cut = whole.subarray(0, Math.floor(whole.length / 4));
+      if (format !== 'wav') expect(Math.abs((await headerMs(cut)) - 20_000)).toBeLessThan(100);
+      const { durationMs } = await musicMetadataProbe.probe(cut);
+      const decoded = await decodeAudio(Buffer.from(cut), format, { truncated: true });
+      expect(decoded.durationMs).toBeLessThan(10_000);
+      expect(Math.abs(durationMs - decoded.durationMs)).toBeLessThan(100);
+    },
+  );
 
   it('counts every data chunk of a WAV, and µ-law samples, whatever a fact chunk says', () => {
     const wav = makeWav({ durationMs: 3000, sampleRate: 8_000 });
