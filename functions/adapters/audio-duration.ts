@@ -8,6 +8,8 @@
  * The probe bills the longer of these and the parser's duration.
  */
 
+import { mp4AacDurationMs } from './mp4-duration.ts';
+
 /**
  * Samples counted per sample rate, summed to ms once at the end: adding `samples / rate` frame by frame drifts
  * (0.256 s added 15,625 times is not 4000 ms), and a duration rounded up to the ms would bill the drift.
@@ -394,6 +396,8 @@ const COUNTERS: Readonly<Record<string, (bytes: Uint8Array) => number | null>> =
   wav: pcmWavDurationMs,
   flac: flacDurationMs,
   webm: webmDurationMs,
+  m4a: mp4AacDurationMs,
+  mp4: mp4AacDurationMs,
 };
 
 /** The duration counted from the audio of a file of `format` (as the probe names formats), when we count that format. */
@@ -402,11 +406,11 @@ export const countedDurationMs = (format: string, bytes: Uint8Array): number | n
 
 /**
  * Formats whose count is what decoders play: every MPEG or FLAC frame decodes to the samples its own header
- * states, every WAV sample byte plays. For these the count is the audio present, whatever a header claims. A
+ * states, every WAV sample byte plays, every AAC frame an MP4 indexes decodes to 1024 samples. For these the count is the audio present, whatever a header claims. A
  * WebM's count reads block timestamps, which are as much the client's to write as its Duration element.
  */
 export const countsDecodedAudio = (format: string): boolean =>
-  format === 'mp3' || format === 'flac' || format === 'wav';
+  format === 'mp3' || format === 'flac' || format === 'wav' || format === 'm4a' || format === 'mp4';
 
 /**
  * The duration of a WebM that a metadata parser refuses — a live recorder's (MediaRecorder), whose clusters have

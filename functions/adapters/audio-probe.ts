@@ -32,6 +32,9 @@ export const formatOf = (container: string | undefined): string | null => {
  */
 const MAX_DURATION_MS = 24 * 60 * 60 * 1000;
 
+/** How far a count of whole frames may run past a header's length from encoder priming and padding alone. */
+const FRAMING_SLACK_MS = 100;
+
 /** Some audio, and finite: a crafted header can overflow a count, and a duration must price to a number. */
 const measurable = (ms: number): boolean => ms > 0 && Number.isFinite(ms) && ms <= MAX_DURATION_MS;
 
@@ -81,8 +84,11 @@ export const musicMetadataProbe: AudioProbe = {
     // and billing it would charge for audio that is not there; a shorter one was edited. Elsewhere the longer of
     // the two is billed; and the provider's own decode backs both up (transcriptionBody).
     const counted = countedDurationMs(format, bytes) ?? 0;
-    const durationMs =
-      countsDecodedAudio(format) && measurable(counted) ? counted : Math.max(headerMs, counted);
+    let durationMs = Math.max(headerMs, counted);
+    if (countsDecodedAudio(format) && measurable(counted))
+      // Whole frames include the encoder's priming and padding, which a header's exact length (an MP4 edit
+      // list, a LAME tag) leaves out: where the two agree that closely, the header's is the length.
+      durationMs = Math.abs(counted - headerMs) <= FRAMING_SLACK_MS ? headerMs : counted;
     if (!measurable(durationMs)) throw unreadable('it holds no audio whose duration can be measured');
     // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
     return { format, durationMs: Math.ceil(durationMs) };

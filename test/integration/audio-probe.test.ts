@@ -7,6 +7,7 @@ import {
   webmDurationMs,
 } from '#adapters/audio-duration.ts';
 import { musicMetadataProbe } from '#adapters/audio-probe.ts';
+import { mp4AacDurationMs } from '#adapters/mp4-duration.ts';
 import { decodeAudio, encodeAudio, encodeAudioToPipe, makeWav } from '#test/audio.ts';
 
 /**
@@ -189,6 +190,44 @@ describe('the transcription probe bills what decoders play, not what a header cl
       expect(Math.abs(durationMs - decoded.durationMs)).toBeLessThan(100);
     },
   );
+
+  it('is not fooled by an M4A whose durations, or whose timescale, are edited down', async () => {
+    const m4a = await encodeAudio(makeWav({ durationMs: 10_000 }), 'm4a');
+    const honest = (await musicMetadataProbe.probe(m4a)).durationMs;
+    expect(Math.abs(honest - 10_000)).toBeLessThan(100);
+    // Counted: every AAC frame the sample table indexes, 1024 samples each (priming and padding included).
+    expect(Math.abs((mp4AacDurationMs(m4a) ?? 0) - honest)).toBeLessThan(150);
+    /** `box`'s 32-bit field `at` bytes into its content (version 0 boxes), rewritten by `edit`. */
+    const edited = (bytes: Buffer, box: string, at: number, edit: (value: number) => number) => {
+      const copy = Buffer.from(bytes);
+      const offset = copy.indexOf(box) + 4 + at;
+      expect(copy[offset - at]).toBe(0); // version 0
+      copy.writeUInt32BE(edit(copy.readUInt32BE(offset)), offset);
+      return copy;
+    };
+    // mvhd, mdhd: version/flags, creation, modification, timescale, then duration. tkhd: its duration at 20.
+    let short = edited(m4a, 'mvhd', 16, (d) => Math.floor(d / 100));
+    short = edited(short, 'mdhd', 16, (d) => Math.floor(d / 100));
+    short = edited(short, 'tkhd', 20, (d) => Math.floor(d / 100));
+    expect(await headerMs(short)).toBeLessThan(200);
+    expect(Math.abs((await musicMetadataProbe.probe(short)).durationMs - honest)).toBeLessThan(150);
+    const fastClock = edited(
+      edited(m4a, 'mdhd', 12, (t) => t * 100),
+      'mvhd',
+      12,
+      (t) => t * 100,
+    );
+    expect(await headerMs(fastClock)).toBeLessThan(200);
+    expect(Math.abs((await musicMetadataProbe.probe(fastClock)).durationMs - honest)).toBeLessThan(150);
+  });
+
+  it('counts a fragmented M4A (written to a pipe) by the frames of its fragments', async () => {
+    const piped = await encodeAudioToPipe(makeWav({ durationMs: 4_000 }), 'm4a');
+    expect(piped.indexOf('moof')).toBeGreaterThan(0);
+    expect(Math.abs((mp4AacDurationMs(piped) ?? 0) - 4_000)).toBeLessThan(150);
+    expect(Math.abs((await musicMetadataProbe.probe(piped)).durationMs - 4_000)).toBeLessThan(150);
+    expect(mp4AacDurationMs(Buffer.from('not an mp4 file at all, no boxes'))).toBeNull();
+  });
 
   it('counts every data chunk of a WAV, and µ-law samples, whatever a fact chunk says', () => {
     const wav = makeWav({ durationMs: 3000, sampleRate: 8_000 });

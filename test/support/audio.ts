@@ -85,8 +85,15 @@ export async function encodeAudio(wav: Buffer, format: InputAudioFormat): Promis
  * MediaRecorder, `ffmpeg … -`): nothing is written back at the end, so FLAC has no sample count and WebM no
  * duration.
  */
-export async function encodeAudioToPipe(wav: Buffer, format: 'flac' | 'webm'): Promise<Buffer> {
-  const args = ['-hide_banner', '-v', 'error', '-f', 'wav', '-i', 'pipe:0', ...ENCODE_ARGS[format], 'pipe:1'];
+export async function encodeAudioToPipe(wav: Buffer, format: 'flac' | 'webm' | 'm4a'): Promise<Buffer> {
+  // MP4 to a pipe is fragmented: an empty `moov` first, then `moof`/`mdat` pairs (as MediaRecorder writes it).
+  const fragmented = format === 'm4a' ? ['-movflags', 'frag_keyframe+empty_moov'] : [];
+  const args = [
+    ...['-hide_banner', '-v', 'error', '-f', 'wav', '-i', 'pipe:0'],
+    ...ENCODE_ARGS[format],
+    ...fragmented,
+    'pipe:1',
+  ];
   const run = await runFfmpeg(args, wav);
   if (run.code !== 0 || run.stderr.trim() !== '') {
     throw new Error(`ffmpeg could not encode ${format} to a pipe (exit ${run.code}): ${run.stderr.trim()}`);
