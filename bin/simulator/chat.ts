@@ -23,7 +23,7 @@ import { countPromptTokens, countTextTokens } from '#sim/tokens.ts';
 
 /** Fixed completion tokens reported for a forced tool call. */
 export const TOOL_CALL_COMPLETION_TOKENS = 5;
-/** Hidden reasoning tokens added per choice when the request sets `reasoning_effort`. */
+/** Hidden reasoning tokens per choice when the request sets `reasoning_effort` (within the completion cap). */
 export const REASONING_TOKENS = 16;
 /** The `system_fingerprint` of every response. */
 export const SYSTEM_FINGERPRINT = 'fp_sim';
@@ -169,6 +169,11 @@ function complete(
   const toolName = forcedToolName(body);
   const json = isRecord(body.response_format) && isJsonFormat(body.response_format.type);
   const cap = maxTokens(body);
+  // As on OpenAI (max_completion_tokens) and other reasoning upstreams, hidden reasoning counts against the
+  // completion cap: the visible answer gets what is left, so a choice never reports more than the cap.
+  const reasons = body.reasoning_effort !== undefined && body.reasoning_effort !== null;
+  const reasoningPerChoice = reasons ? Math.min(REASONING_TOKENS, cap ?? REASONING_TOKENS) : 0;
+  const visibleCap = cap === null ? null : cap - reasoningPerChoice;
 
   const choices: Choice[] = [];
   let completionTokens = 0;
@@ -177,7 +182,7 @@ function complete(
     const choice =
       toolName !== null
         ? toolCallChoice(index, hash, toolName)
-        : textChoice(index, hash, plan.completionTokens, cap, json);
+        : textChoice(index, hash, plan.completionTokens, visibleCap, json);
     completionTokens += choice.completionTokens;
     choices.push(choice);
   }
@@ -189,8 +194,8 @@ function complete(
     const cached = promptCache.remember(model, prompt) ? cachedTokensFor(promptTokens) : 0;
     usage.prompt_tokens_details = { cached_tokens: cached, audio_tokens: 0 };
   }
-  if (body.reasoning_effort !== undefined && body.reasoning_effort !== null) {
-    const reasoning = REASONING_TOKENS * n;
+  if (reasons) {
+    const reasoning = reasoningPerChoice * n;
     completionTokens += reasoning;
     usage.completion_tokens_details = {
       reasoning_tokens: reasoning,

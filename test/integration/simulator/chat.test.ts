@@ -214,6 +214,17 @@ describe('non-streamed chat completions', () => {
     expect(completion.usage.completion_tokens).toBe(visible + REASONING_TOKENS);
   });
 
+  test('count reasoning tokens against max_tokens, as reasoning upstreams do', async () => {
+    const capped = await complete(userChat('Think', { reasoning_effort: 'low', max_tokens: 20 }));
+    expect(capped.usage.completion_tokens).toBe(20);
+    expect(capped.usage.completion_tokens_details?.reasoning_tokens).toBe(REASONING_TOKENS);
+    expect(capped.choices[0]?.finish_reason).toBe('length');
+    // A cap under the reasoning budget leaves no visible answer at all.
+    const tiny = await complete(userChat('Think', { reasoning_effort: 'low', max_tokens: 5 }));
+    expect(tiny.usage.completion_tokens).toBe(5);
+    expect(tiny.choices[0]?.message.content).toBe('');
+  });
+
   test('accept multimodal content parts and count 85 tokens per image', async () => {
     const body = {
       model: 'gpt-4o',
