@@ -9,9 +9,11 @@ import {
 import {
   type BucketState,
   type Charges,
+  capacityUs,
   chargesFor,
   checkDimension,
   DIMENSIONS,
+  type Dimension,
   type DimensionCheck,
   emissionUs,
   formatDuration,
@@ -55,7 +57,7 @@ export interface AdmissionOptions {
   readonly maxAttempts?: number;
 }
 
-/** How far ahead of now a retried admission's fresh form starts (see #admit). */
+/** How far ahead of now a contended admission's fresh form starts, from its third attempt (see #admit). */
 const RETRY_MARGIN_US = 1_000_000;
 
 /**
@@ -95,6 +97,23 @@ export class Admission {
     return run;
   }
 
+  /**
+   * What settlement will do to an account's token buckets once it runs (refund what the estimate charged too
+   * much, or charge what it missed), applied to this instance's memory now: the next admission's guess and
+   * headers then match the store as settlement leaves it. Without it, the remembered TATs stay ahead of the
+   * store's after every refund — the limit headers under-report what remains, and the next admission's first
+   * attempt misses.
+   */
+  expectCorrection(accountId: string, correction: { readonly tpmUs: number; readonly tpdUs: number }): void {
+    const known = this.#buckets.get(accountId);
+    if (!known) return;
+    this.#buckets.set(accountId, {
+      ...known,
+      ...(known.tpm === undefined ? {} : { tpm: known.tpm + correction.tpmUs }),
+      ...(known.tpd === undefined ? {} : { tpd: known.tpd + correction.tpdUs }),
+    });
+  }
+
   async #admit(principal: Principal, request: AdmissionRequest): Promise<Admitted> {
     const profile = await this.#profile(principal.accountId);
     const limits = limitsFor(profile.tier, profile.quota);
@@ -116,7 +135,10 @@ export class Admission {
       // account well under its limits) instances keep flipping it for each other, so a retry's fresh form
       // starts a margin ahead: it then holds whatever they did within the margin, at the price of charging up to
       // the margin's worth of emission extra (never less than the exact charge).
-      const marginUs = attempt > 1 ? RETRY_MARGIN_US : 0;
+      // Not on the first retry: that one starts from the exact state the store just reported, and one instance
+      // alone then succeeds (its guess was only stale — a settlement's refund moves a TAT back). Charging the
+      // margin there charged a second's worth of every drained limit after each refunded estimate.
+      const marginUs = attempt > 2 ? RETRY_MARGIN_US : 0;
       const dimensions: DimensionUpdate[] = checks.map((c) => {
         const tat = known[c.dimension];
         if (tat !== undefined && tat > nowUs)
@@ -162,7 +184,10 @@ export class Admission {
         const after: BucketState = {};
         checks.forEach((c, i) => {
           const update = dimensions[i] as DimensionUpdate;
-          after[c.dimension] = update.form === 'fresh' ? update.nowUs + update.incrementUs : c.newTatUs;
+          const guessed = update.form === 'fresh' ? update.nowUs + update.incrementUs : c.newTatUs;
+          // The store's condition kept the new TAT within the bucket; a guess above that was stale (a refund this
+          // instance had not heard of), and the store's value is at most the bound.
+          after[c.dimension] = Math.min(guessed, nowUs + capacityUs(c.dimension, limits[c.dimension]));
         });
         this.#buckets.set(principal.accountId, after);
         return {
@@ -251,14 +276,22 @@ const DIMENSION_LABELS = {
   tpd: 'tokens per day (TPD)',
 } as const;
 
-/** The OpenAI-style limit headers: requests per minute and tokens per minute. */
+/**
+ * The OpenAI-style limit headers. Each pair of buckets (per minute, per day) is reported by the tighter one:
+ * the one with fewer units left, which is what the next call can count on (the minute's on a tie).
+ */
 export const rateLimitHeaders = (
   limits: Limits,
   state: BucketState,
   nowUs: number,
 ): Record<string, string> => {
-  const requests = statusOf('rpm', limits.rpm, state.rpm, nowUs);
-  const tokens = statusOf('tpm', limits.tpm, state.tpm, nowUs);
+  const tighter = (minute: Dimension, day: Dimension) => {
+    const perMinute = statusOf(minute, limits[minute], state[minute], nowUs);
+    const perDay = statusOf(day, limits[day], state[day], nowUs);
+    return perDay.remaining < perMinute.remaining ? perDay : perMinute;
+  };
+  const requests = tighter('rpm', 'rpd');
+  const tokens = tighter('tpm', 'tpd');
   return {
     'x-ratelimit-limit-requests': String(requests.limit),
     'x-ratelimit-remaining-requests': String(requests.remaining),

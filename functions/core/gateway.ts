@@ -6,6 +6,7 @@ import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Clock, Random } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
+import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
 
 export interface GatewayDeps {
   readonly authenticator: Authenticator;
@@ -102,6 +103,12 @@ export class Gateway {
           if (!attempts.some((a) => a.deployment === deployment)) health.release(deployment, probe);
       }
     }
+  }
+
+  /** Lets admission's memory of the account's buckets take the correction its settlement will make. */
+  expectSettlement(record: SettlementRecord): void {
+    const correction = tokenCorrectionOf(record);
+    if (correction && record.accountId) this.#deps.admission?.expectCorrection(record.accountId, correction);
   }
 
   /** Tells deployment health how the served attempt ended: whole, or as a stream broken mid-way. */

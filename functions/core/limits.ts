@@ -42,7 +42,8 @@ export const emissionUs = (dimension: Dimension, limit: number): number =>
  * The bucket's depth: `limit` units' worth of intervals. Equal to the period when the interval divides it
  * exactly, a hair longer when it was rounded up — so a burst of exactly `limit` always fits.
  */
-const capacityUs = (dimension: Dimension, limit: number): number => limit * emissionUs(dimension, limit);
+export const capacityUs = (dimension: Dimension, limit: number): number =>
+  limit * emissionUs(dimension, limit);
 
 /** Bucket state: the TAT of each dimension in epoch µs (absent: never used, i.e. full). */
 export type BucketState = Partial<Record<Dimension, number>>;

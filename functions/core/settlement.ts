@@ -139,21 +139,24 @@ const tokensConsumed = (record: SettlementRecord): number =>
   isCharged(record.outcome) && record.usage ? tokensOf(record.usage) : 0;
 
 /**
+ * What settlement does to the account's token buckets: the µs of TAT the estimate charged beyond the tokens
+ * consumed (negative: a refund) or fell short of, at the emission intervals of admission. Null when nothing.
+ */
+export const tokenCorrectionOf = (record: SettlementRecord): SettlementPlan['tokenCorrection'] => {
+  const admission = record.admission;
+  if (!admission || !record.accountId) return null;
+  const delta = tokensConsumed(record) - admission.estimatedTokens;
+  if (delta === 0) return null;
+  return { tpmUs: delta * admission.tokenEmissionUs.tpm, tpdUs: delta * admission.tokenEmissionUs.tpd };
+};
+
+/**
  * The writes that settle one record: release the hold, debit the cost, correct the token buckets by what the
  * estimate got wrong, count the call in the usage aggregates, and log a fault if there was one.
  */
 export const planSettlement = (record: SettlementRecord): SettlementPlan => {
   const admission = record.admission;
-  let tokenCorrection: SettlementPlan['tokenCorrection'] = null;
-  if (admission && record.accountId) {
-    const delta = tokensConsumed(record) - admission.estimatedTokens;
-    if (delta !== 0) {
-      tokenCorrection = {
-        tpmUs: delta * admission.tokenEmissionUs.tpm,
-        tpdUs: delta * admission.tokenEmissionUs.tpd,
-      };
-    }
-  }
+  const tokenCorrection = tokenCorrectionOf(record);
   return {
     settlementId: record.id,
     accountId: record.accountId,

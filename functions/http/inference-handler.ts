@@ -62,6 +62,7 @@ const settle = async (c: Container, call: CallRecorder): Promise<void> => {
   call.closeUnread();
   const record = call.settlement();
   c.gateway.observeEnd(call, record.outcome);
+  c.gateway.expectSettlement(record);
   try {
     await c.settlements.send(record);
   } catch (error) {

@@ -5,7 +5,7 @@ import type { Principal } from '#core/authenticator.ts';
 import { InsufficientBalanceError } from '#core/errors.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
-import { planSettlement } from '#core/settlement.ts';
+import { planSettlement, tokenCorrectionOf } from '#core/settlement.ts';
 import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
 import { createHandler as createSweeper } from '#functions/hold-sweeper.ts';
@@ -207,6 +207,96 @@ describe('admission and settlement', () => {
       -refundedTokens * admitted.tokenEmissionUs.tpm,
     );
     expect(Number(after.Item?.rpm?.N)).toBe(Number(before.Item?.rpm?.N));
+  });
+});
+
+describe('limits around a settlement that refunds its estimate', () => {
+  /** An admission on its own memory, counting its store calls. */
+  const countingInstance = () => {
+    const calls = { admit: 0 };
+    const admission = new Admission({
+      store: {
+        ...h.accounting,
+        admit: (plan: Parameters<typeof h.accounting.admit>[0]) => {
+          calls.admit++;
+          return h.accounting.admit(plan);
+        },
+      } as typeof h.accounting,
+      accounts: new RefreshingCache({
+        load: (accountId: string) => h.accounts.findAccount(accountId),
+        clock: h.clock,
+        ttlMs: 0,
+      }),
+      clock: h.clock,
+      random: () => 0,
+      sleep: async () => {},
+      holdTtlMs: 30 * 60_000,
+    });
+    return { admission, calls };
+  };
+  /** Admits a 5,000-token estimate, then settles it as 1,000 tokens: TPD moves back by 4,000 tokens' worth. */
+  const refunded = async (admission: Admission, id: string) => {
+    const admitted = await admission.admit(principal(id), {
+      requestId: `big-${id}`,
+      estimatedTokens: 5_000,
+      holdAmount: 1_000,
+    });
+    const record = {
+      ...settled(id, `big-${id}`, { cost: 500, hold: 1_000, tokens: 1_000, estimatedTokens: 5_000 }),
+      admission: { hold: admitted.hold, estimatedTokens: 5_000, tokenEmissionUs: admitted.tokenEmissionUs },
+    };
+    await h.accounting.settle(planSettlement(record));
+    return record;
+  };
+
+  it('charges the next call exactly, though its instance did not see the refund', async () => {
+    const id = await newAccount(1); // trusted: 1000 RPM, 2M TPM, 50M TPD
+    const { admission, calls } = countingInstance();
+    await refunded(admission, id);
+    // The minute buckets have drained; the day's (1.728 ms a token) has not, in this instance's memory only.
+    h.clock.advance(3_000);
+    const next = await admission.admit(principal(id), {
+      requestId: `next-${id}`,
+      estimatedTokens: 10,
+      holdAmount: 0,
+    });
+    // The refunded call, then the next: its stale guess missed once, and the store's state made the retry exact.
+    expect(calls.admit).toBe(3);
+    expect(next.headers['x-ratelimit-remaining-requests']).toBe('999');
+    expect(next.headers['x-ratelimit-remaining-tokens']).toBe(String(2_000_000 - 10));
+  });
+
+  it('needs one round trip when the instance was told of the refund its call’s settlement makes', async () => {
+    const id = await newAccount(1);
+    const { admission, calls } = countingInstance();
+    const record = await refunded(admission, id);
+    const correction = tokenCorrectionOf(record);
+    if (!correction) throw new Error('expected a correction');
+    admission.expectCorrection(id, correction);
+    h.clock.advance(3_000);
+    const next = await admission.admit(principal(id), {
+      requestId: `next-${id}`,
+      estimatedTokens: 10,
+      holdAmount: 0,
+    });
+    expect(calls.admit).toBe(2); // the refunded call, then the next at its first attempt
+    expect(next.headers['x-ratelimit-remaining-requests']).toBe('999');
+  });
+
+  it('never reports a bucket past its limit when its memory ran ahead of the store', async () => {
+    const id = await newAccount(1);
+    const { admission } = countingInstance();
+    await admission.admit(principal(id), { requestId: `a-${id}`, estimatedTokens: 5_000, holdAmount: 0 });
+    // A wrong expectation (two minutes of tokens the store never charged): the store still admits.
+    admission.expectCorrection(id, { tpmUs: 120_000_000, tpdUs: 0 });
+    h.clock.advance(1);
+    const next = await admission.admit(principal(id), {
+      requestId: `b-${id}`,
+      estimatedTokens: 10,
+      holdAmount: 0,
+    });
+    expect(next.headers['x-ratelimit-remaining-tokens']).toBe('0');
+    expect(next.headers['x-ratelimit-reset-tokens']).toBe('1m0s');
   });
 });
 

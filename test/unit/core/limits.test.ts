@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { rateLimitHeaders } from '#core/admission.ts';
 import {
   checkDimension,
   emissionUs,
@@ -73,6 +74,21 @@ describe('header figures', () => {
     const { tat } = burst(30, 10);
     expect(statusOf('rpm', 30, tat, NOW)).toEqual({ limit: 30, remaining: 20, resetUs: 20_000_000 });
     expect(statusOf('rpm', 30, undefined, NOW)).toEqual({ limit: 30, remaining: 30, resetUs: 0 });
+  });
+
+  it('come from the tighter of the minute and day buckets, the one with fewer units left', () => {
+    // A volume account allowed 1000 a minute but, by its tier, 300 a day, with 299 spent today at a steady pace.
+    const limits = { rpm: 1000, rpd: 300, tpm: 2_000_000, tpd: 50_000_000 };
+    const state = { rpm: NOW, rpd: NOW + 299 * emissionUs('rpd', 300), tpm: NOW, tpd: NOW };
+    const headers = rateLimitHeaders(limits, state, NOW);
+    expect(headers['x-ratelimit-limit-requests']).toBe('300');
+    expect(headers['x-ratelimit-remaining-requests']).toBe('1');
+    expect(headers['x-ratelimit-reset-requests']).toBe(formatDuration(299 * emissionUs('rpd', 300)));
+    // Tokens: the day has more left than the minute, so the minute's figures stand.
+    expect(headers['x-ratelimit-limit-tokens']).toBe('2000000');
+    expect(headers['x-ratelimit-remaining-tokens']).toBe('2000000');
+    // Fresh buckets: the minute's, which has fewer units to begin with.
+    expect(rateLimitHeaders(TIER_LIMITS.trusted, {}, NOW)['x-ratelimit-limit-requests']).toBe('1000');
   });
 
   it('format durations as OpenAI does', () => {
