@@ -137,7 +137,7 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         };
         if (!values.clear && Object.keys(quota).length === 0)
           throw new UsageError(`give --rpm/--rpd/--tpm/--tpd or --clear\n${USAGE}`);
-        await accounts.setQuota(id, values.clear ? null : quota);
+        await accounting.setQuota(id, values.clear ? null : quota, Date.now());
         return JSON.stringify(await accounts.getAccount(id), null, 2);
       }
       case 'wallet topup': {

@@ -19,7 +19,15 @@ import {
   splitCharge,
   type WalletState,
 } from '#core/accounting.ts';
-import { type BucketState, DIMENSIONS } from '#core/limits.ts';
+import {
+  type BucketState,
+  DIMENSIONS,
+  type Limits,
+  limitsFor,
+  rescaleBuckets,
+  type Tier,
+} from '#core/limits.ts';
+import { quotaOf } from './dynamo-accounts.ts';
 
 /**
  * Accounting in DynamoDB: every money and limit invariant is a condition on a transaction.
@@ -458,6 +466,122 @@ export class DynamoAccounting implements AccountingStore {
   }
 
   /**
+   * A change of an account's limits (the top-up that makes it trusted, a new custom quota) carries what it spent
+   * as the same units under the new limits (rescaleBuckets): the profile's change, and its buckets rescaled by an
+   * update conditional on the TATs read — an admission in between makes the caller read them again. `next` gives
+   * the profile's new tier and quota from the current ones, or null for no change.
+   */
+  async #limitsChange(
+    accountId: string,
+    nowUs: number,
+    next: (current: { tier: Tier; quota: Partial<Limits> | null }) => {
+      tier: Tier;
+      quota: Partial<Limits> | null;
+    } | null,
+  ): Promise<{ buckets: TransactWriteItem | null; exists: boolean }> {
+    const [{ Item: profile }, { Item: buckets }] = await Promise.all([
+      this.#client.send(
+        new GetItemCommand({
+          TableName: this.#tables.accounts,
+          Key: { pk: S(accountKey(accountId)), sk: S('profile') },
+          ProjectionExpression: 'tier, quota',
+          ConsistentRead: true,
+        }),
+      ),
+      this.#client.send(
+        new GetItemCommand({
+          TableName: this.#tables.buckets,
+          Key: bucketKey(accountId),
+          ConsistentRead: true,
+        }),
+      ),
+    ]);
+    if (!profile) return { buckets: null, exists: false };
+    const current = {
+      tier: (profile.tier?.S === 'trusted' ? 'trusted' : 'unverified') as Tier,
+      quota: quotaOf(profile),
+    };
+    const target = next(current);
+    if (!target) return { buckets: null, exists: true };
+    const state = bucketOf(buckets);
+    const rescaled = rescaleBuckets(
+      state,
+      limitsFor(current.tier, current.quota),
+      limitsFor(target.tier, target.quota),
+      nowUs,
+    );
+    const changed = DIMENSIONS.filter((d) => rescaled[d] !== undefined);
+    if (changed.length === 0) return { buckets: null, exists: true };
+    const names: Record<string, string> = {};
+    const values: Record<string, AttributeValue> = {};
+    changed.forEach((d, i) => {
+      names[`#d${i}`] = d;
+      values[`:old${i}`] = N(state[d] as number);
+      values[`:new${i}`] = N(rescaled[d] as number);
+    });
+    return {
+      exists: true,
+      buckets: {
+        Update: {
+          TableName: this.#tables.buckets,
+          Key: bucketKey(accountId),
+          UpdateExpression: `SET ${changed.map((_, i) => `#d${i} = :new${i}`).join(', ')}`,
+          ConditionExpression: changed.map((_, i) => `#d${i} = :old${i}`).join(' AND '),
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: values,
+        },
+      },
+    };
+  }
+
+  /**
+   * Sets (or, with null, clears) a volume account's custom quota, which replaces its tier's limits dimension by
+   * dimension, carrying what it spent into the new limits.
+   */
+  async setQuota(accountId: string, quota: Partial<Limits> | null, atMs: number): Promise<void> {
+    const entries = Object.entries(quota ?? {}).filter(([, v]) => v !== undefined);
+    for (const [d, v] of entries) {
+      if (!Number.isInteger(v) || (v as number) < 1) throw new Error(`quota ${d} must be a positive integer`);
+    }
+    const wanted = entries.length === 0 ? null : (Object.fromEntries(entries) as Partial<Limits>);
+    for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
+      const change = await this.#limitsChange(accountId, atMs * 1000, (current) => ({
+        tier: current.tier,
+        quota: wanted,
+      }));
+      if (!change.exists) throw new Error(`No account ${accountId}`);
+      const items: TransactWriteItem[] = [
+        {
+          Update: {
+            TableName: this.#tables.accounts,
+            Key: { pk: S(accountKey(accountId)), sk: S('profile') },
+            ...(wanted === null
+              ? { UpdateExpression: 'REMOVE quota' }
+              : {
+                  UpdateExpression: 'SET quota = :quota',
+                  ExpressionAttributeValues: {
+                    ':quota': { M: Object.fromEntries(entries.map(([d, v]) => [d, N(v as number)])) },
+                  },
+                }),
+            ConditionExpression: 'attribute_exists(pk)',
+          },
+        },
+        ...(change.buckets ? [change.buckets] : []),
+      ];
+      try {
+        await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
+        return;
+      } catch (error) {
+        if (!(error instanceof TransactionCanceledException)) throw error;
+        const reasons = error.CancellationReasons ?? [];
+        if (failed(reasons[0])) throw new Error(`No account ${accountId}`);
+        await this.#sleep(Math.random() * 10 * 2 ** attempt);
+      }
+    }
+    throw new Error(`quota of ${accountId} did not change after ${SETTLE_ATTEMPTS} attempts`);
+  }
+
+  /**
    * Credits a top-up (nano-USD) once per payment reference, collects what the account owes, and makes the
    * account trusted — permanently (spec §3). Returns false when the reference was already credited.
    */
@@ -466,6 +590,12 @@ export class DynamoAccounting implements AccountingStore {
       const before = await this.wallet(input.accountId);
       const { collected, credited } = applyTopUp(input.amount, before.owed, before.balance);
       const account = accountKey(input.accountId);
+      // The first top-up makes the account trusted: what it spent carries into the trusted limits.
+      const upgrade = (
+        await this.#limitsChange(input.accountId, input.at * 1000, (current) =>
+          current.tier === 'trusted' ? null : { tier: 'trusted', quota: current.quota },
+        )
+      ).buckets;
       const items: TransactWriteItem[] = [
         {
           Put: {
@@ -527,6 +657,7 @@ export class DynamoAccounting implements AccountingStore {
           },
         },
       ];
+      const upgradeAt = upgrade ? items.push(upgrade) - 1 : -1;
       if (collected > 0) {
         items.push({
           Put: {
@@ -551,7 +682,8 @@ export class DynamoAccounting implements AccountingStore {
         const reasons = error.CancellationReasons ?? [];
         if (failed(reasons[0])) return false;
         if (failed(reasons[3])) throw new Error(`No account ${input.accountId}`);
-        if (conflicted(reasons) || failed(reasons[1])) {
+        // An admission moved the buckets since they were read for the upgrade: read them again.
+        if (conflicted(reasons) || failed(reasons[1]) || (upgradeAt >= 0 && failed(reasons[upgradeAt]))) {
           await this.#sleep(Math.random() * 10 * 2 ** attempt);
           continue;
         }

@@ -54,7 +54,7 @@ const accountKey = (id: string) => ({ pk: { S: `acct#${id}` }, sk: { S: 'profile
  * the request path only reads keys (dynamo-key-store.ts).
  * Account items: `pk = acct#<id>`, `sk = profile`.
  */
-const quotaOf = (item: Record<string, AttributeValue> | undefined): Partial<Limits> | null => {
+export const quotaOf = (item: Record<string, AttributeValue> | undefined): Partial<Limits> | null => {
   const map = item?.quota?.M;
   if (!map) return null;
   const quota: Partial<Record<keyof Limits, number>> = {};
@@ -132,29 +132,6 @@ export class DynamoAccounts implements AccountDirectory {
     );
     if (!Item) return null;
     return { id, tier: Item.tier?.S === 'trusted' ? 'trusted' : 'unverified', quota: quotaOf(Item) };
-  }
-
-  /** Sets a volume account's custom quota (null restores the tier's limits). */
-  async setQuota(id: string, quota: Partial<Limits> | null): Promise<void> {
-    const entries = Object.entries(quota ?? {}).filter(([, v]) => v !== undefined);
-    for (const [d, v] of entries) {
-      if (!Number.isInteger(v) || (v as number) < 1) throw new Error(`quota ${d} must be a positive integer`);
-    }
-    await this.#client.send(
-      new UpdateItemCommand({
-        TableName: this.#table,
-        Key: accountKey(id),
-        ...(entries.length === 0
-          ? { UpdateExpression: 'REMOVE quota' }
-          : {
-              UpdateExpression: 'SET quota = :quota',
-              ExpressionAttributeValues: {
-                ':quota': { M: Object.fromEntries(entries.map(([d, v]) => [d, { N: String(v) }])) },
-              },
-            }),
-        ConditionExpression: 'attribute_exists(pk)',
-      }),
-    );
   }
 
   /**

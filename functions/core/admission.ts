@@ -19,6 +19,7 @@ import {
   formatDuration,
   type Limits,
   limitsFor,
+  rescaleBuckets,
   statusOf,
 } from './limits.ts';
 import type { Clock, Random, Sleep } from './ports.ts';
@@ -69,7 +70,8 @@ const RETRY_MARGIN_US = 1_000_000;
  */
 export class Admission {
   readonly #options: AdmissionOptions;
-  readonly #buckets = new Map<string, BucketState>();
+  /** Per account, the buckets as this instance last saw them, and the limits they were kept under. */
+  readonly #buckets = new Map<string, { readonly state: BucketState; readonly limits: Limits }>();
   /** Per account, the admission currently in flight from this instance (they run one after another). */
   readonly #inFlight = new Map<string, Promise<unknown>>();
 
@@ -105,12 +107,16 @@ export class Admission {
    * attempt misses.
    */
   expectCorrection(accountId: string, correction: { readonly tpmUs: number; readonly tpdUs: number }): void {
-    const known = this.#buckets.get(accountId);
-    if (!known) return;
+    const memory = this.#buckets.get(accountId);
+    if (!memory) return;
+    const known = memory.state;
     this.#buckets.set(accountId, {
-      ...known,
-      ...(known.tpm === undefined ? {} : { tpm: known.tpm + correction.tpmUs }),
-      ...(known.tpd === undefined ? {} : { tpd: known.tpd + correction.tpdUs }),
+      limits: memory.limits,
+      state: {
+        ...known,
+        ...(known.tpm === undefined ? {} : { tpm: known.tpm + correction.tpmUs }),
+        ...(known.tpd === undefined ? {} : { tpd: known.tpd + correction.tpdUs }),
+      },
     });
   }
 
@@ -124,7 +130,7 @@ export class Admission {
       const now = this.#options.clock.now();
       const nowMs = Math.floor(now);
       const nowUs = Math.floor(now * 1000);
-      const known = this.#buckets.get(principal.accountId) ?? {};
+      const known = this.#known(principal.accountId, limits, nowUs);
       const checks = DIMENSIONS.map((d) => checkDimension(d, limits[d], known[d], charges[d], nowUs));
       const tooLarge = checks.find((c) => c.exceedsLimit);
       if (tooLarge) throw this.#rateLimited(tooLarge, limits, known, nowUs, charges);
@@ -189,7 +195,7 @@ export class Admission {
           // instance had not heard of), and the store's value is at most the bound.
           after[c.dimension] = Math.min(guessed, nowUs + capacityUs(c.dimension, limits[c.dimension]));
         });
-        this.#buckets.set(principal.accountId, after);
+        this.#buckets.set(principal.accountId, { state: after, limits });
         return {
           hold: hold ? { id: request.requestId, amount: hold.amount } : null,
           estimatedTokens: request.estimatedTokens,
@@ -204,7 +210,7 @@ export class Admission {
       }
       const actual = result.bucket ?? known;
       if (result.bucket) {
-        this.#buckets.set(principal.accountId, result.bucket);
+        this.#buckets.set(principal.accountId, { state: result.bucket, limits });
         const exact = DIMENSIONS.map((d) => checkDimension(d, limits[d], actual[d], charges[d], nowUs));
         const refused = exact.filter((c) => !c.allowed);
         if (refused.length > 0) {
@@ -222,6 +228,18 @@ export class Admission {
       undefined,
       'accounting',
     );
+  }
+
+  /**
+   * The account's buckets as this instance remembers them, under `limits`: when the limits changed since (a
+   * tier upgrade, a new quota), the store carried what was spent into the new limits (rescaleBuckets) and so
+   * does the memory.
+   */
+  #known(accountId: string, limits: Limits, nowUs: number): BucketState {
+    const memory = this.#buckets.get(accountId);
+    if (!memory) return {};
+    if (DIMENSIONS.every((d) => memory.limits[d] === limits[d])) return memory.state;
+    return { ...memory.state, ...rescaleBuckets(memory.state, memory.limits, limits, nowUs) };
   }
 
   async #profile(accountId: string): Promise<AccountProfile> {

@@ -98,6 +98,22 @@ export const checkDimension = (
   };
 };
 
+/**
+ * Bucket state carried across a change of limits (a tier upgrade). A TAT's backlog is the units spent times the
+ * old emission interval; read with the new interval it would count as another number of units (30 requests of
+ * an unverified minute, 60 s of backlog, would fill a trusted minute of 1000). Rescaled, the backlog counts the
+ * same units under the new limits. Returns the TATs that change, rounded up (never fewer units than spent).
+ */
+export const rescaleBuckets = (state: BucketState, from: Limits, to: Limits, nowUs: number): BucketState => {
+  const rescaled: BucketState = {};
+  for (const d of DIMENSIONS) {
+    const tat = state[d];
+    if (tat === undefined || tat <= nowUs || from[d] === to[d]) continue;
+    rescaled[d] = nowUs + Math.ceil(((tat - nowUs) * emissionUs(d, to[d])) / emissionUs(d, from[d]));
+  }
+  return rescaled;
+};
+
 export interface LimitStatus {
   readonly limit: number;
   readonly remaining: number;

@@ -175,7 +175,7 @@ describe.each(cases)('POST /v1$endpoint, as chat', ({ model, kind, call, ok }) =
 
   it('refuses with 429 rate_limit_exceeded and Retry-After beyond the account’s requests per minute', async () => {
     const { id, key } = await account(5);
-    await t.stack.container.accounts.setQuota(id, { rpm: 1 });
+    await t.stack.container.accounting.setQuota(id, { rpm: 1 }, Date.now());
     expect((await call({ key })).status).toBe(200);
     const refused = await call({ key });
     expect(refused.status).toBe(429);

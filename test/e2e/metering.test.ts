@@ -163,7 +163,7 @@ describe('tiers', () => {
 
   it('follow a volume account’s custom quota', async () => {
     const { id, key } = await account(1);
-    await t.stack.container.accounts.setQuota(id, { rpm: 5000 });
+    await t.stack.container.accounting.setQuota(id, { rpm: 5000 }, clock.now());
     expect(
       (await chat(key, { model: 'svc-free-famA', max_tokens: 8 })).headers.get('x-ratelimit-limit-requests'),
     ).toBe('5000');

@@ -105,7 +105,7 @@ beforeAll(async () => {
     reference: 'seed-limited',
     at: T0,
   });
-  await t.stack.container.accounts.setQuota(limited.id, { rpm: 2 });
+  await t.stack.container.accounting.setQuota(limited.id, { rpm: 2 }, clock.now());
   const poor = await t.stack.container.accounts.createAccount({ id: 'acct_usage_poor' });
   const poorKey = (await t.stack.container.accounts.createKey(poor.id)).key;
   const unknownKey = `svc_live_${'Zz9'.repeat(10)}`;

@@ -69,6 +69,44 @@ describe('top-ups', () => {
     expect((await h.accounts.getAccount(id))?.tier).toBe('trusted');
   });
 
+  it('carry what an unverified account spent into its trusted limits as the same units, not the same time', async () => {
+    const id = await newAccount();
+    // A full unverified minute: 30 requests, 60 s of backlog at 2 s each.
+    for (let i = 0; i < 30; i++) await admit(id, `u-${id}-${i}`, 0);
+    await expect(admit(id, `u-${id}-30`, 0)).rejects.toMatchObject({ status: 429 });
+    await h.accounting.topUp({
+      accountId: id,
+      amount: usdToNano(1),
+      reference: `up-${id}`,
+      at: h.clock.now(),
+    });
+    // Trusted: 1000 a minute, of which those 30 are spent (read as 60 s at 60 ms each, the minute was full).
+    const next = await admit(id, `t-${id}`, 0);
+    expect(next.headers['x-ratelimit-limit-requests']).toBe('1000');
+    expect(next.headers['x-ratelimit-remaining-requests']).toBe('969');
+    // 310 tokens spent, less what drained in the 31 ms the calls took (at the unverified 100,000 a minute).
+    const tokensLeft = Number(next.headers['x-ratelimit-remaining-tokens']);
+    expect(tokensLeft).toBeGreaterThanOrEqual(2_000_000 - 310);
+    expect(tokensLeft).toBeLessThan(2_000_000 - 200);
+  });
+
+  it('carry what an account spent into a raised custom quota the same way', async () => {
+    const id = await newAccount(1);
+    await h.accounting.setQuota(id, { rpm: 10 }, h.clock.now());
+    for (let i = 0; i < 10; i++) await admit(id, `q-${id}-${i}`, 0);
+    await expect(admit(id, `q-${id}-10`, 0)).rejects.toMatchObject({ status: 429 });
+    // The operator raises the minute to 1000: 10 are spent, not a full minute's worth of time.
+    await h.accounting.setQuota(id, { rpm: 1000 }, h.clock.now());
+    const next = await admit(id, `q-${id}-11`, 0);
+    expect(next.headers['x-ratelimit-limit-requests']).toBe('1000');
+    expect(next.headers['x-ratelimit-remaining-requests']).toBe('989');
+    await h.accounting.setQuota(id, null, h.clock.now());
+    expect((await h.accounts.findAccount(id))?.quota).toBeNull();
+    await expect(h.accounting.setQuota('acct_nobody', { rpm: 5 }, h.clock.now())).rejects.toThrow(
+      /No account/,
+    );
+  });
+
   it('stop at the most a wallet holds, so money stays exact; racing top-ups cannot pass it together', async () => {
     const id = await newAccount();
     const topUp = (amount: number, reference: string) =>

@@ -6,6 +6,7 @@ import {
   formatDuration,
   limitsFor,
   PERIOD_US,
+  rescaleBuckets,
   statusOf,
   TIER_LIMITS,
 } from '#core/limits.ts';
@@ -66,6 +67,26 @@ describe('limits', () => {
 
   it('let a volume account’s custom quota replace its tier’s, dimension by dimension', () => {
     expect(limitsFor('trusted', { rpm: 10_000 })).toEqual({ ...TIER_LIMITS.trusted, rpm: 10_000 });
+  });
+});
+
+describe('a change of limits', () => {
+  it('carries the units spent, not the backlog in time, and leaves drained and unchanged buckets alone', () => {
+    const from = TIER_LIMITS.unverified;
+    const to = TIER_LIMITS.trusted;
+    const state = {
+      rpm: NOW + 10 * emissionUs('rpm', from.rpm), // 10 requests in the unverified minute
+      rpd: NOW - 5, // drained
+      tpm: NOW + 1_000 * emissionUs('tpm', from.tpm),
+    };
+    const rescaled = rescaleBuckets(state, from, to, NOW);
+    expect(rescaled).toEqual({
+      rpm: NOW + 10 * emissionUs('rpm', to.rpm),
+      tpm: NOW + 1_000 * emissionUs('tpm', to.tpm),
+    });
+    expect(statusOf('rpm', to.rpm, rescaled.rpm, NOW).remaining).toBe(990);
+    // A custom quota that fixes a dimension keeps it as it is.
+    expect(rescaleBuckets(state, { ...from, rpm: 500 }, { ...to, rpm: 500 }, NOW).rpm).toBeUndefined();
   });
 });
 
