@@ -70,7 +70,9 @@ for (const name of ['LOG_LEVEL', 'PRICE_MIN_MARGIN', ...TUNABLE_ENV])
  */
 const shutdownGraceMs = Number(env.SHUTDOWN_GRACE_MS ?? 30_000);
 if (!Number.isInteger(shutdownGraceMs) || shutdownGraceMs < 0 || shutdownGraceMs > 3_600_000)
-  fail(`SHUTDOWN_GRACE_MS must be a whole number of milliseconds up to 3600000, got "${env.SHUTDOWN_GRACE_MS}"`);
+  fail(
+    `SHUTDOWN_GRACE_MS must be a whole number of milliseconds up to 3600000, got "${env.SHUTDOWN_GRACE_MS}"`,
+  );
 
 const signalExitCode = (signal: NodeJS.Signals) =>
   128 + (signal === 'SIGINT' ? 2 : signal === 'SIGHUP' ? 1 : 15);
