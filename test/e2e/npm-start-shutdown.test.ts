@@ -127,9 +127,12 @@ const paidCall = async (url: string, directive: string, stream: boolean, maxToke
 
 /** Waits until the wallet holds `count` open holds: every call admitted. */
 const admitted = async (scenario: string, count: number) => {
-  const deadline = Date.now() + 20_000;
-  while ((await wallet(scenario)).holds.length < count) {
-    if (Date.now() > deadline) throw new Error(`not all ${count} calls were admitted`);
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const { holds } = await wallet(scenario);
+    if (holds.length >= count) return;
+    if (Date.now() > deadline)
+      throw new Error(`only ${holds.length} of ${count} calls were admitted in 30 s`);
   }
 };
 
@@ -194,11 +197,12 @@ describe.each([1, 2])(
 
     it('finishes every call it had started, on a Ctrl-C that also reached npm, then exits 0', async () => {
       const stack = await start(scenario, { GATEWAY_INSTANCES: String(instances) });
-      // Streams start at once and trickle; the others answer after 1.5 s.
+      // Streams start at once and trickle for ~5 s; the others answer after 5 s: long enough for all of them to
+      // be admitted and under way at the signal, on a loaded machine too.
       const pending = Array.from({ length: CALLS }, (_, i) =>
         i % 2 === 1
-          ? paidCall(stack.url, '[[sim: chunk_delay_ms=80]]', true)
-          : paidCall(stack.url, '[[sim: latency_ms=1500]]', false),
+          ? paidCall(stack.url, '[[sim: chunk_delay_ms=250]]', true)
+          : paidCall(stack.url, '[[sim: latency_ms=5000]]', false),
       );
       await admitted(scenario, CALLS);
       const pid = stack.child.pid as number;
@@ -222,9 +226,10 @@ describe('npm start stopped with a call outlasting SHUTDOWN_GRACE_MS', () => {
   let calls: Call[];
 
   it('cuts that call after the grace period and still finishes the short one', async () => {
-    const stack = await start(scenario, { SHUTDOWN_GRACE_MS: '1000' });
+    const stack = await start(scenario, { SHUTDOWN_GRACE_MS: '6000' });
     const pending = [
-      paidCall(stack.url, '[[sim: latency_ms=300]]', false),
+      // Under way at the signal (it answers after 4 s), and done within the grace period.
+      paidCall(stack.url, '[[sim: latency_ms=4000]]', false),
       // 100 tokens at 0.5 s each: far beyond the grace period.
       paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100),
     ];
@@ -233,7 +238,7 @@ describe('npm start stopped with a call outlasting SHUTDOWN_GRACE_MS', () => {
     expectComplete(calls[0] as Call);
     expect(calls[1]).toMatchObject({ status: 200, cut: true });
     expect(stack.output()).toContain(
-      '1 request still running after 1000 ms was cut and settled as client_aborted',
+      '1 request still running after 6000 ms was cut and settled as client_aborted',
     );
     expect(stack.output()).not.toMatch(/lost with it/);
   }, 120_000);
