@@ -51,7 +51,7 @@ export const publishUsageReport = async (deps: UsageReportDeps, now: number): Pr
   const days = windowDays(now);
   const [rows, recentFaults, models] = await Promise.all([
     deps.usage.rows(days),
-    deps.usage.recentFaults([...days].reverse(), RECENT_FAULTS),
+    deps.usage.recentFaults([...days].reverse(), RECENT_FAULTS, now),
     deps.models(),
   ]);
   // A report the published schema would reject is a bug: fail the run, keep the last good report online.

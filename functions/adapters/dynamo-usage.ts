@@ -65,32 +65,50 @@ export class DynamoUsage implements UsageSource {
     return [...subjects].map(([subject, counters]) => ({ day, subject, counters }));
   }
 
-  async recentFaults(days: readonly string[], limit: number): Promise<FaultEntry[]> {
+  async recentFaults(days: readonly string[], limit: number, untilMs: number): Promise<FaultEntry[]> {
     const faults: FaultEntry[] = [];
     for (const day of days) {
+      let start: Record<string, AttributeValue> | undefined;
+      do {
+        // Filtered in the query, paging on: a Limit counts the items read before the filter, so entries that are
+        // not listed (caller errors logged by older code, faults after the report's moment) would otherwise take
+        // the places of real ones.
+        const page = await this.#client.send(
+          new QueryCommand({
+            TableName: this.#table,
+            KeyConditionExpression: 'pk = :pk',
+            FilterExpression: '#group <> :caller AND #at <= :until',
+            ExpressionAttributeNames: { '#group': 'group', '#at': 'at' },
+            ExpressionAttributeValues: {
+              ':pk': { S: `faults#${day}` },
+              ':caller': { S: 'agent-error' },
+              ':until': { N: String(untilMs) },
+            },
+            ScanIndexForward: false,
+            Limit: FAULT_PAGE,
+            ...(start ? { ExclusiveStartKey: start } : {}),
+          }),
+        );
+        for (const item of page.Items ?? []) {
+          if (faults.length >= limit) return faults;
+          const sk = item.sk?.S ?? '';
+          faults.push({
+            at: Number(item.at?.N ?? 0),
+            day,
+            requestId: sk.slice(sk.indexOf('#') + 1),
+            group: item.group?.S ?? 'platform',
+            status: Number(item.status?.N ?? 500),
+            // Never empty: the published schema requires a detail, and one bad item must not block the report.
+            detail: item.detail?.S || 'fault',
+          });
+        }
+        start = page.LastEvaluatedKey;
+      } while (start && faults.length < limit);
       if (faults.length >= limit) break;
-      const { Items = [] } = await this.#client.send(
-        new QueryCommand({
-          TableName: this.#table,
-          KeyConditionExpression: 'pk = :pk',
-          ExpressionAttributeValues: { ':pk': { S: `faults#${day}` } },
-          ScanIndexForward: false,
-          Limit: limit - faults.length,
-        }),
-      );
-      for (const item of Items) {
-        const sk = item.sk?.S ?? '';
-        faults.push({
-          at: Number(item.at?.N ?? 0),
-          day,
-          requestId: sk.slice(sk.indexOf('#') + 1),
-          group: item.group?.S ?? 'platform',
-          status: Number(item.status?.N ?? 500),
-          // Never empty: the published schema requires a detail, and one bad item must not block the report.
-          detail: item.detail?.S || 'fault',
-        });
-      }
     }
     return faults;
   }
 }
+
+/** Fault items read per query page. */
+const FAULT_PAGE = 100;

@@ -15,6 +15,11 @@ export interface MinuteCounts {
   readonly serverErrors: number;
   /** 503s for want of an eligible model: the registry read as empty, or no deployment could serve. */
   readonly noEligible: number;
+  /**
+   * 429 `engine_overloaded` answered after every deployment was tried: failed calls, though not down-time on their
+   * own (overload is load, not an outage), so they count towards "every call failed" and the failure rate named.
+   */
+  readonly overloaded?: number;
 }
 
 export interface IncidentRule {
@@ -82,6 +87,7 @@ export const detectIncidents = (
             requests: seen.requests + m.requests,
             serverErrors: seen.serverErrors + m.serverErrors,
             noEligible: seen.noEligible + m.noEligible,
+            overloaded: (seen.overloaded ?? 0) + (m.overloaded ?? 0),
           }
         : { ...m, at },
     );
@@ -115,12 +121,13 @@ const describe = (group: readonly MinuteCounts[], now: number, rule: IncidentRul
   const last = group.at(-1) as MinuteCounts;
   const end = last.at + MINUTE_MS;
   const noEligible = group.some((m) => m.noEligible > 0);
-  const allFailed = group.some((m) => m.serverErrors + m.noEligible >= m.requests);
+  const failedIn = (m: MinuteCounts) => m.serverErrors + m.noEligible + (m.overloaded ?? 0);
+  const allFailed = group.some((m) => failedIn(m) >= m.requests);
   let name: string;
   if (noEligible) name = 'Service unavailable: no eligible model (503)';
   else {
     const requests = group.reduce((sum, m) => sum + m.requests, 0);
-    const errors = group.reduce((sum, m) => sum + m.serverErrors, 0);
+    const errors = group.reduce((sum, m) => sum + failedIn(m), 0);
     name = `Elevated error rate: ${Math.round((100 * errors) / Math.max(1, requests))}% of calls failed`;
   }
   return {

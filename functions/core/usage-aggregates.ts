@@ -13,8 +13,8 @@ export interface AggregateIncrement {
    * - `model#<id>` (`model#-` for calls without a valid model): requests, successes, faults, tokens, …;
    * - `status#<group>#<status>`: the error funnel's `count`;
    * - `minutes#<HH>`: one UTC hour's per-minute counters `r<MM>` (calls the platform was asked to serve:
-   *   successes and faults, not the caller's own errors), `e<MM>` (5xx of a model or `platform`) and `u<MM>`
-   *   (503s of the `incident` group) — what incident detection reads (ADR 0008).
+   *   successes and faults, not the caller's own errors), `e<MM>` (5xx of a model or `platform`), `o<MM>` (429
+   *   `engine_overloaded`) and `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
    */
   readonly subject: string;
   readonly counters: Readonly<Record<string, number>>;
@@ -123,6 +123,9 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
         ...(group === 'incident' ? { [`u${minute}`]: 1 } : {}),
         ...(group !== null && group !== 'incident' && funnelStatus(record) >= 500
           ? { [`e${minute}`]: 1 }
+          : {}),
+        ...(group !== null && group !== 'incident' && funnelStatus(record) === 429
+          ? { [`o${minute}`]: 1 }
           : {}),
       },
     });

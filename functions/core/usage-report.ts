@@ -82,8 +82,11 @@ export interface AggregateRow {
 export interface UsageSource {
   /** Every aggregate row of these UTC days. */
   rows(days: readonly string[]): Promise<AggregateRow[]>;
-  /** The `limit` most recent faults of these days (given newest first), newest first. */
-  recentFaults(days: readonly string[], limit: number): Promise<FaultEntry[]>;
+  /**
+   * The `limit` most recent listed faults (not the caller's own errors) of these days (given newest first), up to
+   * `untilMs`, newest first.
+   */
+  recentFaults(days: readonly string[], limit: number, untilMs: number): Promise<FaultEntry[]>;
 }
 
 /** Where the report is published (the site bucket). */
@@ -197,9 +200,17 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
       const hourStart = Date.parse(`${row.day}T00:00:00Z`) + subject.hour * 3_600_000;
       for (let minute = 0; minute < 60; minute++) {
         const mm = String(minute).padStart(2, '0');
-        const counts = { requests: c(`r${mm}`), serverErrors: c(`e${mm}`), noEligible: c(`u${mm}`) };
+        const at = hourStart + minute * MINUTE_MS;
+        // A report as of a past moment (a replay, or a run that starts after its scheduled time) ends there.
+        if (at > now) break;
+        const counts = {
+          requests: c(`r${mm}`),
+          serverErrors: c(`e${mm}`),
+          noEligible: c(`u${mm}`),
+          overloaded: c(`o${mm}`),
+        };
         if (counts.requests + counts.serverErrors + counts.noEligible === 0) continue;
-        minutes.push({ at: hourStart + minute * MINUTE_MS, ...counts });
+        minutes.push({ at, ...counts });
       }
     }
   }
@@ -209,8 +220,14 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
   const windowMinutes = REPORT_WINDOW_DAYS * 1440;
 
   const empty: ModelTotals = { requests: 0, successes: 0, faults: 0, tokens: 0, recentFaults: 0 };
+  // A model whose every call in the window failed is not "live" (nothing measured): it is degraded, however
+  // long ago the failures were.
   const statusOf = (t: ModelTotals): ModelStatus =>
-    t.recentFaults > 0 ? 'degraded recently' : t.successes > 0 ? 'up' : 'live';
+    t.recentFaults > 0 || (t.faults > 0 && t.successes === 0)
+      ? 'degraded recently'
+      : t.successes > 0
+        ? 'up'
+        : 'live';
 
   // Every model the registry lists, and every model that was called in the window (even if retired since).
   const listed = input.models.filter((m) => m.status === 'active').map((m) => m.id);
@@ -269,8 +286,8 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
       .sort((a, b) => b.count - a.count || a.group.localeCompare(b.group) || a.status - b.status)
       .map((f) => ({ ...f, label: funnelLabel(f.group, f.status) })),
     recent_faults: [...input.recentFaults]
-      // Entries written before caller errors stopped being listed (faultFor) age out with their day.
-      .filter((f) => f.group !== 'agent-error')
+      // The source leaves these out already (UsageSource.recentFaults); kept as the report's own rule.
+      .filter((f) => f.group !== 'agent-error' && f.at <= now)
       .sort((a, b) => b.at - a.at)
       .slice(0, RECENT_FAULTS)
       .map((f) => ({ at: iso(f.at), group: f.group, status: f.status, detail: f.detail })),

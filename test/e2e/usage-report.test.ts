@@ -1,8 +1,10 @@
+import { DynamoDBClient, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashKey } from '#adapters/dynamo-key-store.ts';
 import { publicPrefix } from '#core/api-keys.ts';
 import { usdToNano } from '#core/pricing.ts';
 import type { UsageReport } from '#core/usage-report.ts';
+import { localClientConfig } from '#local/emulators.ts';
 import { manualClock } from '#test/fixtures.ts';
 import { NO_CIRCUIT_BREAKING, startTestStack, type TestStack } from '#test/stack.ts';
 import { settledReport, withEmptyRegistry } from '#test/usage.ts';
@@ -326,6 +328,34 @@ describe('usage.json after a known workload', () => {
       .map((c) => ({ at: iso(c.at), group: c.group, status: c.status, detail: c.detail }));
     expect(expected).toHaveLength(9);
     expect(later.recent_faults).toEqual(expected);
+  });
+
+  it('keeps the real faults listed when newer caller errors logged by older code are still in the table', async () => {
+    // Before caller errors stopped being filed as faults, they were: such items live out their 40 days.
+    const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
+    try {
+      for (let i = 0; i < 25; i++) {
+        const at = T0 + 30 * MIN + i * SEC;
+        await client.send(
+          new PutItemCommand({
+            TableName: t.stack.resources.tables.usage,
+            Item: {
+              pk: { S: `faults#${DAY}` },
+              sk: { S: `${String(at).padStart(13, '0')}#req_old${i}` },
+              at: { N: String(at) },
+              group: { S: 'agent-error' },
+              status: { N: '401' },
+              detail: { S: 'invalid API key' },
+            },
+          }),
+        );
+      }
+    } finally {
+      client.destroy();
+    }
+    const { report } = await settledReport(t, calls.length, T0 + 40 * MIN);
+    expect(report.recent_faults).toEqual(later.recent_faults);
+    expect(report.recent_faults).toHaveLength(9);
   });
 
   it('names no account, key prefix or key hash, nor anything a caller sent', () => {

@@ -65,6 +65,13 @@ describe('detectIncidents', () => {
     expect(detectIncidents([minute(3, 4, 4)], T0 + 40 * MIN)[0]?.severity).toBe('MAJOR');
   });
 
+  it('counts overloaded calls as failed ones for severity and the rate named, not as down-time alone', () => {
+    const [incident] = detectIncidents([{ ...minute(3, 4, 3), overloaded: 1 }], T0 + 40 * MIN);
+    expect(incident).toMatchObject({ severity: 'MAJOR', name: 'Elevated error rate: 100% of calls failed' });
+    // Overload alone opens nothing: it is load, not an outage.
+    expect(detectIncidents([{ ...minute(3, 4, 0), overloaded: 4 }], T0 + 40 * MIN)).toEqual([]);
+  });
+
   it('merges down minutes less than mergeGapMinutes apart, counting only down minutes as downtime', () => {
     const incidents = detectIncidents(
       [minute(0, 3, 3), minute(1, 10), minute(2, 10), minute(4, 20, 20), minute(20, 1, 0, 1)],

@@ -99,14 +99,15 @@ describe('the usage aggregates settlement writes', () => {
     expect(subjects(call())).toContain('minutes#12');
   });
 
-  it('count a minute’s calls, its 5xx and its no-eligible-model 503s apart', () => {
+  it('count a minute’s calls, its 5xx, its overloads and its no-eligible-model 503s apart', () => {
     const minuteCounters = (r: SettlementRecord) =>
       aggregatesFor(r).find((i) => i.subject === 'minutes#12')?.counters;
     const at = T0 + 7 * MIN;
     expect(minuteCounters(call({ at }))).toEqual({ r07: 1 });
     expect(minuteCounters(failed('upstream_error', 500, 'server_error', { at }))).toEqual({ r07: 1, e07: 1 });
     expect(minuteCounters(failed('stream_interrupted', 200, 'dropped', { at }))).toEqual({ r07: 1, e07: 1 });
-    expect(minuteCounters(failed('overloaded', 429, 'overloaded', { at }))).toEqual({ r07: 1 });
+    // Overload is counted apart: a failed call, not on its own an outage.
+    expect(minuteCounters(failed('overloaded', 429, 'overloaded', { at }))).toEqual({ r07: 1, o07: 1 });
     expect(minuteCounters(failed('unavailable', 503, 'accounting', { at }))).toEqual({ r07: 1, e07: 1 });
     expect(
       minuteCounters(failed('unavailable', 503, 'registry_empty', { at, model: null, accountId: null })),
@@ -308,6 +309,31 @@ describe('buildUsageReport', () => {
     expect(
       buildUsageReport({ now: T0 + MIN, models, rows: [], recentFaults: [stored] }).recent_faults,
     ).toEqual([]);
+  });
+
+  it('calls a model whose every call in the window failed degraded, however long ago, and one never measured live', () => {
+    const r = report([
+      failed('upstream_error', 500, 'server_error', { model: 'famA-b', at: T0 - 2 * DAY }),
+      failed('insufficient_balance', 402, 'client', { model: 'famA-a' }),
+    ]);
+    expect(r.models.find((m) => m.id === 'famA-b')).toMatchObject({
+      uptime_percent: 0,
+      status: 'degraded recently',
+    });
+    // A caller's own error measures nothing about the model.
+    expect(r.models.find((m) => m.id === 'famA-a')?.status).toBe('live');
+  });
+
+  it('is as of its moment: nothing after it counts as an incident or a recent fault', () => {
+    const outage = Array.from({ length: 4 }, (_, i) =>
+      failed('upstream_error', 500, 'server_error', { at: T0 + 20 * MIN + i * 1000 }),
+    );
+    const before = report(outage, T0 + 10 * MIN);
+    expect(before.incidents).toEqual([]);
+    expect(before.recent_faults).toEqual([]);
+    const after = report(outage, T0 + 21 * MIN);
+    expect(after.incidents).toHaveLength(1);
+    expect(after.recent_faults).toHaveLength(4);
   });
 
   it('lists at most the 20 most recent faults', () => {
