@@ -65,12 +65,26 @@ export const createHandler = (container: () => Container) =>
 
 export const handler = createHandler(containerFromEnv);
 
-/** Usage counted by us when an upstream response carries none: prompt estimate plus the reply's tokens. */
+interface ReplyMessage {
+  content?: unknown;
+  tool_calls?: { function?: { name?: unknown; arguments?: unknown } }[];
+}
+
+/**
+ * Usage counted by us when an upstream response carries none: prompt estimate plus the reply's tokens — its text
+ * and its tool calls' names and arguments, which are completion tokens as much as text is.
+ */
 const estimatedUsage = (prepared: PreparedChat, result: ChatCompletionResult, c: Container): Usage => {
   let completion = 0;
-  for (const choice of (result.body.choices as { message?: { content?: unknown } }[]) ?? []) {
-    const content = choice.message?.content;
-    if (typeof content === 'string') completion += c.tokens.count(content);
+  const count = (text: unknown) => {
+    if (typeof text === 'string') completion += c.tokens.count(text);
+  };
+  for (const choice of (result.body.choices as { message?: ReplyMessage }[]) ?? []) {
+    count(choice.message?.content);
+    for (const call of Array.isArray(choice.message?.tool_calls) ? choice.message.tool_calls : []) {
+      count(call.function?.name);
+      count(call.function?.arguments);
+    }
   }
   return {
     promptTokens: prepared.promptTokens,

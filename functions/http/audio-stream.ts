@@ -11,12 +11,19 @@ import { type RelayProgress, relayBody } from './relay-body.ts';
  * where it is known: complete, interrupted (not charged), or abandoned by the client (charged, as chat).
  */
 export const audioBody = (stream: AudioStream, call: CallRecorder, usage: Usage): Readable => {
-  const progress = { started: false };
-  return relayBody(call, relay(stream, call, usage, progress), 64 * 1024, progress, () => {
-    // The client left before the first byte: charged as any abandoned speech call (the input was read).
-    call.aborted(usage);
-    stream.close();
-  });
+  const progress: RelayProgress = { started: false };
+  return relayBody(
+    call,
+    relay(stream, call, usage, progress),
+    64 * 1024,
+    progress,
+    () => {
+      // The client left before the first byte: charged as any abandoned speech call (the input was read).
+      call.aborted(usage);
+      stream.close();
+    },
+    () => stream.close(),
+  );
 };
 
 async function* relay(
@@ -34,6 +41,8 @@ async function* relay(
       try {
         next = await upstream.next();
       } catch (error) {
+        // The client left while the upstream was awaited (relay-body.ts closed it): an abort, not a break.
+        if (progress.gone) return;
         finished = true;
         call.interrupted(error, null);
         throw error;

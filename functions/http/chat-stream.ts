@@ -12,12 +12,19 @@ import { DONE_FRAME, errorFrame, frame } from './sse.ts';
  * The call's outcome is recorded here, because only the relay knows how the stream ended.
  */
 export const chatEventStream = (stream: ChatStream, prepared: PreparedChat, call: CallRecorder): Readable => {
-  const progress = { started: false };
-  return relayBody(call, relay(stream, prepared, call, progress), 16 * 1024, progress, () => {
-    // The client left before the first byte: the prompt was processed for it, nothing was relayed.
-    call.aborted(estimatedUsage(prepared, 0));
-    stream.close();
-  });
+  const progress: RelayProgress = { started: false };
+  return relayBody(
+    call,
+    relay(stream, prepared, call, progress),
+    16 * 1024,
+    progress,
+    () => {
+      // The client left before the first byte: the prompt was processed for it, nothing was relayed.
+      call.aborted(estimatedUsage(prepared, 0));
+      stream.close();
+    },
+    () => stream.close(),
+  );
 };
 
 async function* relay(
@@ -41,6 +48,8 @@ async function* relay(
       try {
         next = await upstream.next();
       } catch (error) {
+        // The client left while the upstream was awaited (relay-body.ts closed it): an abort, not a break.
+        if (progress.gone) return;
         finished = true;
         call.interrupted(error, usage);
         yield errorFrame(error);

@@ -1,9 +1,12 @@
 import { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
 
-/** Set by a relay generator as its first statement: whether the body was ever read. */
+/** Shared by a relay generator and its body. */
 export interface RelayProgress {
+  /** Set by the generator as its first statement: the body was read. */
   started: boolean;
+  /** Set by the body when it is destroyed before the generator ended: the client went away. */
+  gone?: boolean;
 }
 
 /**
@@ -21,8 +24,26 @@ export const relayBody = <T>(
   highWaterMark: number,
   progress: RelayProgress,
   unread: () => void,
+  gone: () => void,
 ): Readable => {
   const body = Readable.from(relay, { objectMode: false, highWaterMark });
+  // A client that leaves mid-stream gets the body destroyed, which returns the generator — but only at its next
+  // `yield`: while it awaits the upstream (a model thinking, a long pause) nothing reaches it, and it would learn
+  // of the hang-up only from the upstream's next event or its idle timeout, and take it for a broken upstream.
+  // The body's destroy is where the hang-up is known at once: `gone` abandons the upstream read, and the
+  // generator, seeing `progress.gone`, ends as an abort.
+  const destroy = body._destroy.bind(body);
+  let ended = false;
+  body.once('end', () => {
+    ended = true;
+  });
+  body._destroy = (error, callback) => {
+    if (progress.started && !ended && !progress.gone) {
+      progress.gone = true;
+      gone();
+    }
+    destroy(error, callback);
+  };
   let done = false;
   const once = () => {
     if (done || progress.started) return;

@@ -7,7 +7,9 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
-export const frame = (data: string): string => `data: ${data}\n\n`;
+/** One event; data of several lines takes a `data:` field per line, as SSE requires. */
+export const frame = (data: string): string =>
+  data.includes('\n') ? `data: ${data.replaceAll('\n', '\ndata: ')}\n\n` : `data: ${data}\n\n`;
 
 export const DONE_FRAME = 'data: [DONE]\n\n';
 

@@ -212,6 +212,57 @@ describe('the settlement record', () => {
     expect(record?.cost).toBeGreaterThan(0);
   });
 
+  it('settles a stream whose client leaves during a long upstream pause at once, as abandoned and charged', async () => {
+    const controller = new AbortController();
+    const res = await fetch(`${t.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify(
+        body({ stream: true, messages: [{ role: 'user', content: 'x [[sim: chunk_delay_ms=8000]]' }] }),
+      ),
+      signal: controller.signal,
+    });
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read(); // the first event; the next is 8 s away
+    const left = Date.now();
+    controller.abort();
+    const [record] = await takeSettlements(t.stack, 1, 4_000);
+    // Known at the hang-up, not when the upstream next spoke (8 s) or its idle timeout (60 s) ran out.
+    expect(Date.now() - left).toBeLessThan(4_000);
+    expect(record).toMatchObject({ outcome: 'client_aborted', fault: { kind: 'client' } });
+    expect(record?.cost).toBeGreaterThan(0);
+  });
+
+  it('counts tool calls, and not the empty opening delta, when the upstream reports no usage', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } }];
+    const ask = (stream: boolean) =>
+      t.post(
+        '/chat/completions',
+        body({
+          stream,
+          tools,
+          tool_choice: 'required',
+          messages: [{ role: 'user', content: 'weather? [[sim: omit_usage=1]]' }],
+        }),
+      );
+    const plain = (await (await ask(false)).json()) as { usage: { completion_tokens: number } };
+    await (await ask(true)).text();
+    const text = await t.post(
+      '/chat/completions',
+      body({
+        stream: true,
+        messages: [{ role: 'user', content: 'hi [[sim: omit_usage=1 completion_tokens=5]]' }],
+      }),
+    );
+    await text.text();
+    const [plainRecord, streamRecord, textRecord] = await takeSettlements(t.stack, 3);
+    expect(plain.usage.completion_tokens).toBeGreaterThan(0);
+    expect(plainRecord?.usage?.completionTokens).toBe(plain.usage.completion_tokens);
+    expect(streamRecord?.usage?.completionTokens).toBeGreaterThan(0);
+    // Five words, five deltas: the role chunk's empty content is not a token.
+    expect(textRecord?.usage).toMatchObject({ completionTokens: 5, source: 'estimated' });
+  });
+
   it('shows the client the usage it is billed on when the upstream reports none', async () => {
     const content = 'hello [[sim: omit_usage=1 completion_tokens=5]]';
     const plain = await t.post('/chat/completions', body({ messages: [{ role: 'user', content }] }));

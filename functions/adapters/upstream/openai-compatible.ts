@@ -75,11 +75,19 @@ class RelayedStream implements ChatStream {
   readonly #modelLabel: string;
   readonly #stripNullUsage: boolean;
 
+  readonly #upstreamName: string;
+  /** Usage seen, or every choice finished: an end without `[DONE]` after that is still a whole reply. */
+  #usageSeen = false;
+  #finishes = 0;
+  readonly #choices: number;
+
   constructor(first: string, upstream: UpstreamEvents, call: UpstreamCall) {
     this.#first = first;
     this.#upstream = upstream;
-    this.#modelNeedle = `"model":${JSON.stringify(call.deployment.upstreamModel)}`;
+    this.#upstreamName = JSON.stringify(call.deployment.upstreamModel);
+    this.#modelNeedle = `"model":${this.#upstreamName}`;
     this.#modelLabel = `"model":${JSON.stringify(call.publicModel)}`;
+    this.#choices = typeof call.body.n === 'number' ? call.body.n : 1;
     // We forced include_usage upstream; a client that did not ask should not see `"usage":null` either.
     this.#stripNullUsage = !call.clientWantsUsage;
   }
@@ -88,8 +96,8 @@ class RelayedStream implements ChatStream {
     try {
       yield this.#event(this.#first);
       for (;;) {
-        const data = await this.#upstream.next('upstream stream ended without [DONE]');
-        if (data === '[DONE]') return this.#upstream.finish();
+        const data = await this.#upstream.next('upstream stream ended without [DONE]', this.#complete());
+        if (data === null || data === '[DONE]') return this.#upstream.finish();
         if (isErrorEvent(data))
           throw new UpstreamFailure('server_error', 'upstream sent an error mid-stream');
         yield this.#event(data);
@@ -103,11 +111,22 @@ class RelayedStream implements ChatStream {
     this.#upstream.close();
   }
 
+  /** Whether the reply is whole without `[DONE]`: its usage arrived, or every choice finished. */
+  #complete(): boolean {
+    return this.#usageSeen || this.#finishes >= this.#choices;
+  }
+
   #event(raw: string): ChatStreamEvent {
-    let data = raw.replace(this.#modelNeedle, this.#modelLabel);
+    // Compact JSON, one line, is what nearly every upstream sends and what the fast path below reads. Anything
+    // else — spaces after colons (Python's json.dumps), one event over several `data:` lines — is re-serialised
+    // first, so the model is relabelled, the usage found and the data framed on one line all the same.
+    let data = raw.includes('\n') || raw.includes('": ') ? compact(raw) : raw;
+    data = data.replace(this.#modelNeedle, this.#modelLabel);
+    if (data.includes('"finish_reason":"')) this.#finishes += countOf(data, '"finish_reason":"');
     const usageAt = data.lastIndexOf('"usage":');
-    if (usageAt !== -1 && data.charCodeAt(skipSpaces(data, usageAt + 8)) === 123 /* { */) {
+    if (usageAt !== -1 && data.charCodeAt(usageAt + 8) === 123 /* { */) {
       const chunk = JSON.parse(data) as { choices?: unknown[]; usage?: unknown };
+      this.#usageSeen = true;
       return {
         data,
         usage: parseOpenAiUsage(chunk.usage),
@@ -116,12 +135,35 @@ class RelayedStream implements ChatStream {
       };
     }
     if (this.#stripNullUsage && usageAt !== -1) data = data.replace(',"usage":null', '');
-    return { data, usage: null, usageOnly: false, contentChunks: data.includes('"content":"') ? 1 : 0 };
+    return { data, usage: null, usageOnly: false, contentChunks: producesTokens(data) ? 1 : 0 };
   }
 }
 
-const skipSpaces = (text: string, from: number): number => {
-  let i = from;
-  while (text.charCodeAt(i) === 32) i++;
-  return i;
+/** The same JSON without insignificant whitespace; data that is not JSON is kept, on one line. */
+const compact = (data: string): string => {
+  try {
+    return JSON.stringify(JSON.parse(data));
+  } catch {
+    return data;
+  }
+};
+
+const countOf = (text: string, needle: string): number => {
+  let count = 0;
+  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + needle.length)) count++;
+  return count;
+};
+
+/**
+ * Whether a chunk carries completion output, for our count when the upstream reports no usage (one token per
+ * delta, which is how streams are chunked): non-empty text, or a tool call's name or argument piece. The
+ * opening chunk's empty `"content":""` is not output.
+ */
+const producesTokens = (data: string): boolean =>
+  hasNonEmpty(data, '"content":"') || hasNonEmpty(data, '"arguments":"') || hasNonEmpty(data, '"name":"');
+
+const hasNonEmpty = (data: string, field: string): boolean => {
+  for (let at = data.indexOf(field); at !== -1; at = data.indexOf(field, at + field.length))
+    if (data.charCodeAt(at + field.length) !== 34 /* " */) return true;
+  return false;
 };

@@ -57,15 +57,23 @@ export class UpstreamEvents {
     this.#onEnd = onEnd;
   }
 
-  /** The next event's data; throws `UpstreamFailure` when the response breaks or ends first. */
-  async next(cutOff: string): Promise<string> {
+  /**
+   * The next event's data; throws `UpstreamFailure` when the response breaks, or ends (cleanly) before the
+   * protocol's last event — unless `whole` says the reply is complete already, when a clean end is null.
+   */
+  next(cutOff: string): Promise<string>;
+  next(cutOff: string, whole: boolean): Promise<string | null>;
+  async next(cutOff: string, whole = false): Promise<string | null> {
     let next: IteratorResult<string, void>;
     try {
       next = await this.#events.next();
     } catch (error) {
       throw transportFailure(error);
     }
-    if (next.done) throw new UpstreamFailure('dropped', cutOff);
+    if (next.done) {
+      if (whole) return null;
+      throw new UpstreamFailure('dropped', cutOff);
+    }
     return next.value;
   }
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { sseData } from '#adapters/upstream/sse.ts';
+import { frame } from '#http/sse.ts';
 
 const collect = async (chunks: string[]): Promise<string[]> => {
   async function* source() {
@@ -35,5 +36,12 @@ describe('sseData', () => {
 
   it('yields a final event that ends without a blank line', async () => {
     expect(await collect(['data: last'])).toEqual(['last']);
+  });
+});
+
+describe('frame', () => {
+  it('writes one data field per line, as SSE requires of data that spans lines', () => {
+    expect(frame('{"a":1}')).toBe('data: {"a":1}\n\n');
+    expect(frame('not json\nover two lines')).toBe('data: not json\ndata: over two lines\n\n');
   });
 });

@@ -1,0 +1,112 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { schemaErrors } from '#test/openapi-schemas.ts';
+import { sseEvents } from '#test/sse.ts';
+import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
+
+/**
+ * OpenAI-compatible upstreams do not all write their streams the way OpenAI does. A stand-in upstream writes
+ * legal variants — JSON with spaces after colons (Python's json.dumps), one event over several `data:` lines,
+ * a stream that ends after its last chunk without `[DONE]` — and the client must get the same stream from us
+ * as from a compact one: relabelled, framed, whole, and billed.
+ */
+
+const HIDDEN = 'hidden-upstream-model';
+const MODEL = 'famA-v4.1-flash';
+
+let t: TestStack;
+let upstream: Server;
+
+/** The chunks of a two-word reply with its usage, as an upstream builds them. */
+const chunks = () => {
+  const base = { id: 'chatcmpl-wire', object: 'chat.completion.chunk', created: 1, model: HIDDEN };
+  const choice = (delta: object, finish: string | null = null) => ({
+    ...base,
+    choices: [{ index: 0, delta, finish_reason: finish }],
+    usage: null,
+  });
+  return [
+    choice({ role: 'assistant', content: '' }),
+    choice({ content: 'Hello' }),
+    choice({ content: ' there' }),
+    choice({}, 'stop'),
+    { ...base, choices: [], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } },
+  ];
+};
+
+const MODES: Readonly<Record<string, (chunk: object) => string>> = {
+  spaced: (chunk) => `data: ${JSON.stringify(chunk, null, 1).replaceAll('\n', ' ')}\n\n`,
+  multiline: (chunk) =>
+    `${JSON.stringify(chunk, null, 2)
+      .split('\n')
+      .map((line) => `data: ${line}`)
+      .join('\n')}\n\n`,
+  'no-done': (chunk) => `data: ${JSON.stringify(chunk)}\n\n`,
+};
+
+beforeAll(async () => {
+  upstream = createServer((req, res) => {
+    let raw = '';
+    req.on('data', (chunk: Buffer) => {
+      raw += chunk.toString();
+    });
+    req.on('end', () => {
+      const body = JSON.parse(raw) as { messages: { content: string }[] };
+      const mode = Object.keys(MODES).find((m) =>
+        body.messages.some((msg) => msg.content.includes(`mode=${m}`)),
+      );
+      const write = MODES[mode ?? 'no-done'] as (chunk: object) => string;
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (const chunk of chunks()) res.write(write(chunk));
+      if (mode !== 'no-done') res.write('data: [DONE]\n\n');
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+  const { port } = upstream.address() as AddressInfo;
+  t = await startTestStack({ upstreamBaseUrl: `http://127.0.0.1:${port}/v1`, upstreamModel: HIDDEN });
+}, 120_000);
+
+afterAll(async () => {
+  await t?.stop();
+  await new Promise((resolve) => upstream?.close(resolve));
+});
+
+const stream = async (mode: string) => {
+  await drainSettlements(t.stack);
+  const res = await t.post('/chat/completions', {
+    model: MODEL,
+    stream: true,
+    stream_options: { include_usage: true },
+    messages: [{ role: 'user', content: `mode=${mode}` }],
+  });
+  expect(res.status).toBe(200);
+  return { text: await res.text(), requestId: res.headers.get('x-request-id') };
+};
+
+describe('an upstream stream written differently', () => {
+  it.each(['spaced', 'multiline', 'no-done'])(
+    '(%s) reaches the client as OpenAI writes it: one-line events, our model name, [DONE], billed',
+    async (mode) => {
+      const { text } = await stream(mode);
+      // Every event one `data:` line, each a chunk OpenAI's schema accepts, and nothing names the upstream's model.
+      expect(text).not.toContain(HIDDEN);
+      const events = sseEvents(text);
+      expect(events.at(-1)).toBe('[DONE]');
+      const parsed = events.slice(0, -1).map((data) => JSON.parse(data) as Record<string, unknown>);
+      for (const chunk of parsed) {
+        expect(chunk.model).toBe(MODEL);
+        expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
+      }
+      for (const line of text.split('\n')) expect(line === '' || line.startsWith('data: ')).toBe(true);
+      const content = parsed
+        .flatMap((c) => (c.choices as { delta: { content?: string } }[]).map((ch) => ch.delta.content ?? ''))
+        .join('');
+      expect(content).toBe('Hello there');
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ outcome: 'success', usage: { promptTokens: 7, completionTokens: 2 } });
+      expect(record?.cost).toBeGreaterThan(0);
+    },
+  );
+});
