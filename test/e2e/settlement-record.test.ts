@@ -26,6 +26,20 @@ const body = (extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
+/** Sends a call and hangs up 150 ms later, while the upstream is still working on it. */
+const abandoned = async (path: string, payload: unknown) => {
+  const controller = new AbortController();
+  const sent = fetch(`${t.baseURL}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify(payload),
+    signal: controller.signal,
+  }).catch(() => null);
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  controller.abort();
+  await sent;
+};
+
 describe('the settlement record', () => {
   it('describes a successful non-stream call completely', async () => {
     const res = await t.post('/chat/completions', body());
@@ -162,17 +176,8 @@ describe('the settlement record', () => {
   ])(
     'charges a %s whose client hangs up before the first byte as abandoned, not as our failure',
     async (_, path, payload) => {
-      const controller = new AbortController();
-      const sent = fetch(`${t.baseURL}${path}`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify(payload),
-        signal: controller.signal,
-      }).catch(() => null);
       // Gone while the gateway still waits for the upstream's first byte.
-      await new Promise((resolve) => setTimeout(resolve, 150));
-      controller.abort();
-      await sent;
+      await abandoned(path, payload);
       const [record] = await takeSettlements(t.stack, 1);
       expect(record).toMatchObject({ outcome: 'client_aborted', fault: { kind: 'client' } });
       expect(record?.cost).toBeGreaterThan(0);
@@ -196,16 +201,7 @@ describe('the settlement record', () => {
       }),
     ],
   ])('settles a non-stream %s whose reply (over 16 KiB) finds its client gone', async (_, path, payload) => {
-    const controller = new AbortController();
-    const sent = fetch(`${t.baseURL}${path}`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
-      body: JSON.stringify(payload),
-      signal: controller.signal,
-    }).catch(() => null);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-    controller.abort();
-    await sent;
+    await abandoned(path, payload);
     // The upstream answered after the hang-up; the invocation still ends and its record is sent.
     const [record] = await takeSettlements(t.stack, 1);
     expect(record?.outcome).toMatch(/^(success|client_aborted)$/);

@@ -46,6 +46,21 @@ const admit = (accountId: string, requestId: string, holdAmount: number, estimat
   return h.admission.admit(principal(accountId), { requestId, estimatedTokens, holdAmount });
 };
 
+/** Another gateway instance: its own admission (its own memory of the buckets) on `store`. */
+const instanceOn = (store: typeof h.accounting) =>
+  new Admission({
+    store,
+    accounts: new RefreshingCache({
+      load: (accountId: string) => h.accounts.findAccount(accountId),
+      clock: h.clock,
+      ttlMs: 0,
+    }),
+    clock: h.clock,
+    random: () => 0,
+    sleep: async () => {},
+    holdTtlMs: 30 * 60_000,
+  });
+
 describe('top-ups', () => {
   it('credit once per payment reference and make the account trusted, permanently', async () => {
     const id = await newAccount();
@@ -252,24 +267,13 @@ describe('limits around a settlement that refunds its estimate', () => {
   /** An admission on its own memory, counting its store calls. */
   const countingInstance = () => {
     const calls = { admit: 0 };
-    const admission = new Admission({
-      store: {
-        ...h.accounting,
-        admit: (plan: Parameters<typeof h.accounting.admit>[0]) => {
-          calls.admit++;
-          return h.accounting.admit(plan);
-        },
-      } as typeof h.accounting,
-      accounts: new RefreshingCache({
-        load: (accountId: string) => h.accounts.findAccount(accountId),
-        clock: h.clock,
-        ttlMs: 0,
-      }),
-      clock: h.clock,
-      random: () => 0,
-      sleep: async () => {},
-      holdTtlMs: 30 * 60_000,
-    });
+    const admission = instanceOn({
+      ...h.accounting,
+      admit: (plan: Parameters<typeof h.accounting.admit>[0]) => {
+        calls.admit++;
+        return h.accounting.admit(plan);
+      },
+    } as typeof h.accounting);
     return { admission, calls };
   };
   /** Admits a 5,000-token estimate, then settles it as 1,000 tokens: TPD moves back by 4,000 tokens' worth. */
@@ -405,27 +409,13 @@ describe('no overdraft', () => {
 describe('admission from several instances', () => {
   it('admits an account other instances keep admitting near its drained boundary, instead of giving up (503)', async () => {
     const id = await newAccount(5);
-    /** Another gateway instance: its own admission (its own memory of the buckets) on the same store. */
-    const instance = (store: typeof h.accounting) =>
-      new Admission({
-        store,
-        accounts: new RefreshingCache({
-          load: (accountId: string) => h.accounts.findAccount(accountId),
-          clock: h.clock,
-          ttlMs: 0,
-        }),
-        clock: h.clock,
-        random: () => 0,
-        sleep: async () => {},
-        holdTtlMs: 30 * 60_000,
-      });
-    const other = instance(h.accounting);
+    const other = instanceOn(h.accounting);
     let otherCalls = 0;
     const otherAdmits = () =>
       other.admit(principal(id), { requestId: `other-${otherCalls++}`, estimatedTokens: 10, holdAmount: 0 });
     // Between this instance's attempts, time passes beyond what it last saw and another instance admits:
     // each retry would find the buckets just past its guess again, however exactly it read them.
-    const racing = instance({
+    const racing = instanceOn({
       ...h.accounting,
       admit: async (plan: Parameters<typeof h.accounting.admit>[0]) => {
         const result = await h.accounting.admit(plan);
