@@ -52,6 +52,7 @@ export const deploymentSchema = z.strictObject({
   weight: z.number().nonnegative().default(1),
   cost: ratesSchema.optional(),
   reasoningParams: z.record(z.string(), z.unknown()).optional(),
+  completionCapParam: z.enum(['max_tokens', 'max_completion_tokens']).optional(),
   timeouts: z
     .strictObject({
       firstByteMs: z.number().int().positive().optional(),

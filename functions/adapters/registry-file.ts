@@ -308,6 +308,12 @@ const checkDeployment = (d: Deployment, model: Model, error: (field: string, mes
   if (d.reasoningParams !== undefined && !model.flags.reasoning) {
     error('reasoningParams', `only reasoning-tier models (flags.reasoning) take reasoning parameters`);
   }
+  if (d.completionCapParam !== undefined && model.kind !== 'chat') {
+    error(
+      'completionCapParam',
+      `"${model.id}" is ${aKind(model)} model: only chat calls carry a completion cap`,
+    );
+  }
   if (d.cost?.output !== undefined && model.kind !== 'chat') {
     error('cost.output', `"${model.id}" is ${aKind(model)} model: only chat models have an output rate`);
   }

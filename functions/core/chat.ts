@@ -203,5 +203,9 @@ export const upstreamChatBody = (prepared: PreparedChat, deployment: Deployment)
   if (prepared.stream) body.stream_options = { ...request.stream_options, include_usage: true };
   if (prepared.model.flags.reasoning && deployment.reasoningParams)
     Object.assign(body, deployment.reasoningParams);
+  if (deployment.completionCapParam === 'max_completion_tokens') {
+    body.max_completion_tokens = body.max_tokens;
+    delete body.max_tokens;
+  }
   return body;
 };

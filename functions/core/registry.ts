@@ -73,6 +73,11 @@ export interface Deployment {
   readonly cost?: Rates;
   /** Extra upstream body fields sent only for reasoning-tier models, e.g. `{"reasoning_effort":"medium"}`. */
   readonly reasoningParams?: Readonly<Record<string, unknown>>;
+  /**
+   * The body field the completion cap goes upstream in (chat). `max_tokens` by default; OpenAI's reasoning models
+   * refuse it and take `max_completion_tokens`, which also bounds their hidden reasoning.
+   */
+  readonly completionCapParam?: 'max_tokens' | 'max_completion_tokens';
   readonly timeouts?: DeploymentTimeouts;
   readonly status: 'active' | 'retired';
 }

@@ -163,6 +163,29 @@ describe('registry file', () => {
     ]);
   });
 
+  it('takes a completion cap field for chat deployments only', () => {
+    const chatOnly = file(1);
+    Object.assign(chatOnly.deployments[0] as object, { completionCapParam: 'max_completion_tokens' });
+    expect(() => parseRegistryFile(chatOnly, {})).not.toThrow();
+    const embedding = {
+      models: [
+        { id: 'svc-embed', family: 'svc', kind: 'embedding', dimensions: 1536, rates: { input: 0.05 } },
+      ],
+      deployments: [
+        deployment('svc-embed@b', 'svc-embed', {
+          completionCapParam: 'max_completion_tokens',
+          cost: undefined,
+        }),
+      ],
+    };
+    expect(issues(embedding)).toEqual([
+      'deployments[0].completionCapParam: "svc-embed" is an embedding model: only chat calls carry a completion cap',
+    ]);
+    const unknown = file(1);
+    Object.assign(unknown.deployments[0] as object, { completionCapParam: 'max_output_tokens' });
+    expect(issues(unknown)[0]).toMatch(/^deployments\[0\]\.completionCapParam: /);
+  });
+
   it("refuses rates that contradict the model's flags or kind", () => {
     const input = {
       models: [

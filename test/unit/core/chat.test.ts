@@ -129,6 +129,16 @@ describe('the upstream body', () => {
     expect(body).not.toHaveProperty('stream_options');
   });
 
+  it('sends the cap as max_completion_tokens to a deployment that asks for it (OpenAI reasoning models)', () => {
+    const prepared = prepareChat(request({ max_tokens: 300 }), chatModel(), wordCounter);
+    const body = upstreamChatBody(prepared, {
+      ...deployment(),
+      completionCapParam: 'max_completion_tokens',
+    });
+    expect(body.max_completion_tokens).toBe(300);
+    expect(body).not.toHaveProperty('max_tokens');
+  });
+
   it('keeps the client temperature, including 0', () => {
     const prepared = prepareChat(request({ temperature: 0 }), chatModel(), wordCounter);
     expect(upstreamChatBody(prepared, deployment()).temperature).toBe(0);
