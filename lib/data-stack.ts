@@ -2,6 +2,7 @@ import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps } from 'aws-
 import { Alarm, ComparisonOperator, TreatMissingData } from 'aws-cdk-lib/aws-cloudwatch';
 import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
 import { AttributeType, Billing, type ITableV2, TableV2 } from 'aws-cdk-lib/aws-dynamodb';
+import { PolicyStatement, ServicePrincipal } from 'aws-cdk-lib/aws-iam';
 import { type ISecret, Secret } from 'aws-cdk-lib/aws-secretsmanager';
 import { type ITopic, Topic } from 'aws-cdk-lib/aws-sns';
 import { EmailSubscription } from 'aws-cdk-lib/aws-sns-subscriptions';
@@ -73,6 +74,8 @@ export class DataStack extends Stack {
       retentionPeriod: Duration.seconds(settlement.deadLetter.retentionSeconds),
       encryption: QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
+      // Settlements not yet debited: a deleted or replaced stack must not take them along in production.
+      removalPolicy,
     });
     this.settlementQueue = new Queue(this, 'settlement-queue', {
       queueName: physicalName(prefix, settlement.id),
@@ -81,6 +84,7 @@ export class DataStack extends Stack {
       deadLetterQueue: { queue: this.settlementDlq, maxReceiveCount: settlement.deadLetter.maxReceiveCount },
       encryption: QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
+      removalPolicy,
     });
 
     const secretIds = new Set<string>();
@@ -100,6 +104,22 @@ export class DataStack extends Stack {
     });
 
     this.alarmTopic = new Topic(this, 'alarm-topic', { topicName: `${prefix}-alarms`, enforceSSL: true });
+    // enforceSSL writes a topic policy, and a topic policy replaces SNS's default one — the one that let this
+    // account's CloudWatch alarms publish. Without this statement every alarm would fire into the void.
+    this.alarmTopic.addToResourcePolicy(
+      new PolicyStatement({
+        sid: 'CloudWatchAlarmsOfThisStagePublish',
+        principals: [new ServicePrincipal('cloudwatch.amazonaws.com')],
+        actions: ['sns:Publish'],
+        resources: [this.alarmTopic.topicArn],
+        conditions: {
+          StringEquals: { 'aws:SourceAccount': this.account },
+          ArnLike: {
+            'aws:SourceArn': `arn:${this.partition}:cloudwatch:${this.region}:${this.account}:alarm:${prefix}-*`,
+          },
+        },
+      }),
+    );
     if (props.alarmEmail) this.alarmTopic.addSubscription(new EmailSubscription(props.alarmEmail));
     // Any message in the DLQ is a settlement that failed five times: money not yet debited. Never routine.
     new Alarm(this, 'settlement-dlq-alarm', {

@@ -72,7 +72,9 @@ const inference: Uses = {
 /** Keyed by handler file: row `x` is `functions/x.ts`, exporting `handler`. */
 export const functions = {
   'chat-completions': { trigger: http('POST /v1/chat/completions'), uses: inference, timeoutSeconds: 900 },
-  embeddings: { trigger: http('POST /v1/embeddings'), uses: inference, timeoutSeconds: 120 },
+  // The HTTP default (300 s): above the upstream completion timeout (180 s), so a slow upstream ends the call
+  // with an answer and a settlement rather than Lambda killing it unrecorded.
+  embeddings: { trigger: http('POST /v1/embeddings'), uses: inference },
   'audio-transcriptions': { trigger: http('POST /v1/audio/transcriptions'), uses: inference },
   'audio-speech': { trigger: http('POST /v1/audio/speech'), uses: inference },
   models: {

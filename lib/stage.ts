@@ -5,6 +5,7 @@
  * ("Deploy to AWS").
  */
 import { LOG_LEVELS, type LogLevel, loadConfig, TUNABLE_ENV } from '#functions/config.ts';
+import { type FunctionDefinition, functions, timeoutOf } from './functions.ts';
 import { queues, tables } from './resources.ts';
 
 /** Schedules a scheduled function can name (`schedule('…')` in lib/functions.ts). */
@@ -42,7 +43,7 @@ export interface StageConfig {
 }
 
 /**
- * `-c functionEnv='{"HOLD_TTL_MS":"600000"}'` or an object in cdk.json. Names outside TUNABLE_ENV are refused,
+ * `-c functionEnv='{"HOLD_TTL_MS":"2400000"}'` or an object in cdk.json. Names outside TUNABLE_ENV are refused,
  * and values are checked by the functions' own config parser, so a bad one fails the synth, naming it.
  */
 const functionEnv = (context: Context, key: string): Readonly<Record<string, string>> => {
@@ -64,13 +65,31 @@ const functionEnv = (context: Context, key: string): Readonly<Record<string, str
     if (typeof v !== 'string' && typeof v !== 'number') fail(key, `a string or number for ${name}`, v);
     env[name] = String(v);
   }
+  let holdTtlMs = 0;
   try {
-    loadConfig({ ...CONFIG_PLACEHOLDERS, ...env });
+    holdTtlMs = loadConfig({ ...CONFIG_PLACEHOLDERS, ...env }).holdTtlMs;
   } catch (error) {
     fail(key, 'valid values', (error as Error).message);
   }
+  // A hold must outlive the longest call it covers, and that call's settlement: released earlier, the sweeper
+  // would free money a running call is still drawing on.
+  const longestCallS = Math.max(
+    ...Object.values(functions as Readonly<Record<string, FunctionDefinition>>)
+      .filter((d) => d.trigger.kind === 'http')
+      .map(timeoutOf),
+  );
+  const minimumMs = (longestCallS + HOLD_SETTLEMENT_ALLOWANCE_S) * 1000;
+  if (holdTtlMs < minimumMs)
+    fail(
+      key,
+      `HOLD_TTL_MS of at least ${minimumMs} (the longest HTTP function timeout, ${longestCallS} s, plus ${HOLD_SETTLEMENT_ALLOWANCE_S} s to settle)`,
+      holdTtlMs,
+    );
   return env;
 };
+
+/** Time a hold is kept beyond its call's longest run for the settlement to be queued and consumed. */
+const HOLD_SETTLEMENT_ALLOWANCE_S = 300;
 
 /** Stand-ins for the names the stacks set, so loadConfig can check the tunable values on their own. */
 const CONFIG_PLACEHOLDERS: Readonly<Record<string, string>> = Object.fromEntries([

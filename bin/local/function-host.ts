@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { RequestTooLargeError, RouteNotFoundError } from '#core/errors.ts';
 import type { Container } from '#functions/container.ts';
 import { errorResponse } from '#http/handler.ts';
+import { type FunctionDefinition, functions, timeoutOf } from '#lib/functions.ts';
 import {
   functionUrlEvent,
   invocationContext,
@@ -19,8 +20,12 @@ import type { SiteReader } from './site.ts';
  * one on its main thread and, with `instances` > 1, more on worker threads (instance-worker.ts).
  */
 
-/** Lambda timeout of the HTTP functions; the invocation context reports time left against it. */
-const FUNCTION_TIMEOUT_MS = 300_000;
+/** Each HTTP function's Lambda timeout, as deployed (lib/functions.ts): its invocation context counts down from it. */
+const timeoutMsOf = (name: string): number => {
+  const definition = (functions as Readonly<Record<string, FunctionDefinition>>)[name];
+  if (!definition) throw new Error(`no function ${name} in lib/functions.ts`);
+  return timeoutOf(definition) * 1000;
+};
 
 export interface Route {
   readonly method: string;
@@ -29,6 +34,8 @@ export interface Route {
   readonly prefix?: boolean;
   /** The Lambda function name this route belongs to (for its invocation context). */
   readonly name: string;
+  /** Its Lambda timeout, ms, as deployed: the invocation context counts down from it. */
+  readonly timeoutMs: number;
   readonly handler: StreamingHandler;
 }
 
@@ -50,6 +57,7 @@ export const loadRoutes = async (container: Container): Promise<Route[]> => {
       method: 'POST',
       path,
       name,
+      timeoutMs: timeoutMsOf(name),
       handler: asStreaming(module.createHandler(() => container)),
     })),
     {
@@ -57,6 +65,7 @@ export const loadRoutes = async (container: Container): Promise<Route[]> => {
       path: '/v1/models',
       prefix: true,
       name: 'models',
+      timeoutMs: timeoutMsOf('models'),
       handler: asStreaming(models.createHandler(() => container)),
     },
   ];
@@ -91,7 +100,7 @@ const serve = async (routes: readonly Route[], req: IncomingMessage, res: Server
   await invokeStreaming(
     route.handler,
     functionUrlEvent(req, body),
-    invocationContext(route.name, FUNCTION_TIMEOUT_MS),
+    invocationContext(route.name, route.timeoutMs),
     res,
   );
 };

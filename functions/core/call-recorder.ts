@@ -37,6 +37,12 @@ export class CallRecorder {
   admissionMs: number | null = null;
   /** From the first upstream attempt to the serving deployment's first byte, ms. */
   upstreamMs: number | null = null;
+  /**
+   * Epoch ms (wall clock) by which a relayed stream must end so that the invocation can still settle the call
+   * before its function times out: Lambda kills a timed-out invocation, work after the response included, and a
+   * call it killed would be neither charged nor recorded. Null: no deadline known.
+   */
+  endBy: number | null = null;
   #firstByteAt: number | null = null;
   #unread: (() => void) | null = null;
   #end: { outcome: Outcome; status: number; usage: Usage | null; fault: Fault | null } | null = null;

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
 import type { AudioStream } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
-import { type RelayProgress, relayBody } from './relay-body.ts';
+import { deadlineError, deadlineFor, type RelayProgress, relayBody } from './relay-body.ts';
 
 /**
  * The client's audio: upstream chunks relayed as they arrive. Binary audio has no error event, so an upstream
@@ -35,6 +35,7 @@ async function* relay(
   progress.started = true;
   let finished = false;
   const upstream = stream[Symbol.asyncIterator]();
+  const cancelDeadline = deadlineFor(call, progress, () => stream.close());
   try {
     for (;;) {
       let next: IteratorResult<Uint8Array, void>;
@@ -44,8 +45,9 @@ async function* relay(
         // The client left while the upstream was awaited (relay-body.ts closed it): an abort, not a break.
         if (progress.gone) return;
         finished = true;
-        call.interrupted(error, null);
-        throw error;
+        const cause = progress.outOfTime ? deadlineError() : error;
+        call.interrupted(cause, null);
+        throw cause;
       }
       if (next.done) break;
       yield next.value;
@@ -53,6 +55,7 @@ async function* relay(
     finished = true;
     call.succeeded(usage);
   } finally {
+    cancelDeadline();
     if (!finished) call.aborted(usage);
     stream.close();
   }

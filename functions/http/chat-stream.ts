@@ -3,7 +3,7 @@ import type { CallRecorder } from '#core/call-recorder.ts';
 import type { PreparedChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage } from '#core/usage.ts';
-import { type RelayProgress, relayBody } from './relay-body.ts';
+import { deadlineError, deadlineFor, type RelayProgress, relayBody } from './relay-body.ts';
 import { DONE_FRAME, errorFrame, frame } from './sse.ts';
 
 /**
@@ -40,6 +40,7 @@ async function* relay(
   let contentChunks = 0;
   let finished = false;
   const upstream = stream[Symbol.asyncIterator]();
+  const cancelDeadline = deadlineFor(call, progress, () => stream.close());
   try {
     for (;;) {
       // Only errors from the upstream side are caught here. When the client goes away, the stream machinery
@@ -51,8 +52,9 @@ async function* relay(
         // The client left while the upstream was awaited (relay-body.ts closed it): an abort, not a break.
         if (progress.gone) return;
         finished = true;
-        call.interrupted(error, usage);
-        yield errorFrame(error);
+        const cause = progress.outOfTime ? deadlineError() : error;
+        call.interrupted(cause, usage);
+        yield errorFrame(cause);
         return;
       }
       if (next.done) break;
@@ -76,6 +78,7 @@ async function* relay(
     } else call.succeeded(usage);
     yield DONE_FRAME;
   } finally {
+    cancelDeadline();
     // Unfinished here means the consumer stopped reading: the client went away.
     if (!finished) call.aborted(usage ?? estimatedUsage(prepared, contentChunks));
     stream.close();

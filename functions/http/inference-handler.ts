@@ -22,6 +22,7 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
     async (event: HttpEvent, context: LambdaContext) => {
       const c = container();
       const call = new CallRecorder(endpoint, requestIdOf(context), c.clock);
+      call.endBy = Date.now() + context.getRemainingTimeInMillis() - SETTLE_MARGIN_MS;
       afterResponse(context, () => settle(c, call));
       try {
         const response = await fn(event, call, c);
@@ -47,6 +48,9 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
     },
     () => container().log,
   );
+
+/** Time kept at the end of an invocation to end a stream and send its settlement record. */
+const SETTLE_MARGIN_MS = 10_000;
 
 /** Which deployment served the call, after how many upstream calls (ARCHITECTURE.md §8). */
 const servedBy = (call: CallRecorder): Record<string, string> =>

@@ -1,5 +1,6 @@
 import { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
+import { UpstreamFaultError } from '#core/errors.ts';
 
 /** Shared by a relay generator and its body. */
 export interface RelayProgress {
@@ -7,7 +8,33 @@ export interface RelayProgress {
   started: boolean;
   /** Set by the body when it is destroyed before the generator ended: the client went away. */
   gone?: boolean;
+  /** Set when the call's deadline (CallRecorder.endBy) came with the upstream still streaming. */
+  outOfTime?: boolean;
 }
+
+/**
+ * Cuts a relayed stream at the call's deadline: marks the progress and closes the upstream, whose pending read
+ * then fails into the relay, which ends the stream as interrupted and so lets the invocation settle in time.
+ * Returns the timer's cancel.
+ */
+export const deadlineFor = (call: CallRecorder, progress: RelayProgress, close: () => void): (() => void) => {
+  if (call.endBy === null) return () => {};
+  const timer = setTimeout(
+    () => {
+      progress.outOfTime = true;
+      close();
+    },
+    Math.max(0, call.endBy - Date.now()),
+  );
+  timer.unref();
+  return () => clearTimeout(timer);
+};
+
+/** What a stream cut at its deadline tells the client, as its final event. */
+export const deadlineError = (): UpstreamFaultError =>
+  new UpstreamFaultError(
+    'The response ran into the longest time a call may take and was cut off; it is incomplete and not charged.',
+  );
 
 /**
  * A response body read from a relay generator that records the call's outcome in its `finally`.

@@ -66,12 +66,34 @@ describe('the data stack', () => {
     const production = synth(true, ['svc/provider-a/key-1']);
     production.resourceCountIs('AWS::DynamoDB::GlobalTable', Object.keys(tables).length);
     production.resourceCountIs('AWS::SecretsManager::Secret', 1);
-    for (const type of ['AWS::DynamoDB::GlobalTable', 'AWS::SecretsManager::Secret']) {
+    // The settlement queue and its DLQ hold settlements not yet debited: money, like the tables.
+    production.resourceCountIs('AWS::SQS::Queue', 2);
+    for (const type of ['AWS::DynamoDB::GlobalTable', 'AWS::SecretsManager::Secret', 'AWS::SQS::Queue']) {
       for (const resource of Object.values(production.findResources(type)))
         expect(resource.DeletionPolicy, type).toBe('Retain');
     }
-    for (const resource of Object.values(template.findResources('AWS::DynamoDB::GlobalTable')))
-      expect(resource.DeletionPolicy).toBe('Delete');
+    for (const type of ['AWS::DynamoDB::GlobalTable', 'AWS::SQS::Queue'])
+      for (const resource of Object.values(template.findResources(type)))
+        expect(resource.DeletionPolicy).toBe('Delete');
+  });
+
+  it("lets this stage's CloudWatch alarms publish to the alarm topic, whose TLS-only policy replaces the default", () => {
+    template.hasResourceProperties('AWS::SNS::TopicPolicy', {
+      PolicyDocument: {
+        // The TLS-only deny CDK writes, then ours.
+        Statement: Match.arrayWith([
+          Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
+          Match.objectLike({
+            Effect: 'Allow',
+            Principal: { Service: 'cloudwatch.amazonaws.com' },
+            Action: 'sns:Publish',
+            Condition: Match.objectLike({
+              StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } },
+            }),
+          }),
+        ]),
+      },
+    });
   });
 
   it('creates the provider secrets the stage names, as deployments reference them', () => {

@@ -55,8 +55,8 @@ describe('stageConfig', () => {
   });
 
   it('passes tunable function settings through, from a JSON string or an object', () => {
-    expect(config({ functionEnv: '{"HOLD_TTL_MS":"600000","HEALTH_MIN_CALLS":10}' }).functionEnv).toEqual({
-      HOLD_TTL_MS: '600000',
+    expect(config({ functionEnv: '{"HOLD_TTL_MS":"2400000","HEALTH_MIN_CALLS":10}' }).functionEnv).toEqual({
+      HOLD_TTL_MS: '2400000',
       HEALTH_MIN_CALLS: '10',
     });
     expect(config({ functionEnv: { CIRCUIT_COOLDOWN_MS: 5000 } }).functionEnv).toEqual({
@@ -78,6 +78,8 @@ describe('stageConfig', () => {
     [{ functionEnv: '{"HOLD_TTL_MS":' }, '"functionEnv"'],
     [{ functionEnv: '{"SETTLEMENT_QUEUE_URL":"x"}' }, 'SETTLEMENT_QUEUE_URL'],
     [{ functionEnv: '{"HEALTH_FAILURE_RATE":"2"}' }, 'HEALTH_FAILURE_RATE'],
+    // Shorter than the chat function's 15 minutes: the sweeper would free money a running call still holds.
+    [{ functionEnv: '{"HOLD_TTL_MS":"600000"}' }, 'HOLD_TTL_MS of at least 1200000'],
   ])('fails the synth on a bad value, naming the key: %o', (context, key) => {
     expect(() => config(context)).toThrow(key);
   });
