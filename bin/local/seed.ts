@@ -113,10 +113,19 @@ export const seed = async (options: SeedOptions): Promise<{ demoApiKey: string }
     await new DynamoRegistry(client, options.registryTable).put(options.models, options.deployments);
     const accounts = new DynamoAccounts(client, options.accountsTable);
     await accounts.ensureAccount(DEMO_ACCOUNT_ID, 'Demo account');
-    const { key } = await accounts.createKey(DEMO_ACCOUNT_ID, {
-      name: 'demo',
-      ...(options.demoApiKey ? { key: options.demoApiKey } : {}),
-    });
+    const { key } = await accounts
+      .createKey(DEMO_ACCOUNT_ID, {
+        name: 'demo',
+        ...(options.demoApiKey ? { key: options.demoApiKey } : {}),
+      })
+      .catch((error: unknown) => {
+        // A restart on the same DATA_DIR must not bring a revoked demo key back to life.
+        if (error instanceof Error && error.message.includes('revoked'))
+          throw new Error(
+            'DEMO_API_KEY was revoked in this DATA_DIR and stays revoked: start with another key',
+          );
+        throw error;
+      });
     return { demoApiKey: key };
   } finally {
     client.destroy();

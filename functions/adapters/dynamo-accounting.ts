@@ -111,6 +111,14 @@ export interface WalletReport extends WalletState {
   }[];
 }
 
+/** A payment reference already credited to another account, or with another amount. */
+export class TopUpReferenceError extends Error {
+  constructor(reference: string) {
+    super(`payment reference ${reference} was already credited to another account or with another amount`);
+    this.name = 'TopUpReferenceError';
+  }
+}
+
 export class DynamoAccounting implements AccountingStore {
   readonly #client: DynamoDBClient;
   readonly #tables: AccountingTables;
@@ -608,6 +616,7 @@ export class DynamoAccounting implements AccountingStore {
               at: N(input.at),
             },
             ConditionExpression: 'attribute_not_exists(pk)',
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
           },
         },
         {
@@ -680,7 +689,15 @@ export class DynamoAccounting implements AccountingStore {
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
         const reasons = error.CancellationReasons ?? [];
-        if (failed(reasons[0])) return false;
+        if (failed(reasons[0])) {
+          // The same payment again: nothing to do. The same reference for another account or amount is another
+          // payment under a reused reference, which must not pass silently as "already credited".
+          const seen = reasons[0]?.Item;
+          if (seen?.accountId?.S !== input.accountId || Number(seen?.amount?.N) !== input.amount) {
+            throw new TopUpReferenceError(input.reference);
+          }
+          return false;
+        }
         if (failed(reasons[3])) throw new Error(`No account ${input.accountId}`);
         // An admission moved the buckets since they were read for the upgrade: read them again.
         if (conflicted(reasons) || failed(reasons[1]) || (upgradeAt >= 0 && failed(reasons[upgradeAt]))) {

@@ -164,14 +164,20 @@ export class DynamoAccounts implements AccountDirectory {
             gsi1pk: { S: `acct#${accountId}` },
             gsi1sk: { S: `key#${info.prefix}#${info.createdAt}` },
           },
-          // A key (hash) belongs to one account forever; re-adding it to the same account is harmless.
-          ConditionExpression: 'attribute_not_exists(pk) OR accountId = :account',
+          // A key (hash) belongs to one account forever; re-adding it to the same account is harmless — unless
+          // it was revoked: a revocation is for good (writing the item again would have erased it).
+          ConditionExpression:
+            'attribute_not_exists(pk) OR (accountId = :account AND attribute_not_exists(revokedAt))',
           ExpressionAttributeValues: { ':account': { S: accountId } },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
       );
     } catch (error) {
-      if (error instanceof ConditionalCheckFailedException)
+      if (error instanceof ConditionalCheckFailedException) {
+        if (error.Item?.accountId?.S === accountId)
+          throw new Error('That key was revoked; it cannot be used again');
         throw new Error('That key belongs to another account');
+      }
       throw error;
     }
     return { key, info };

@@ -286,8 +286,11 @@ const parseItem = (
 };
 
 /**
- * Per-instance registry snapshot. The first call loads it; afterwards a stale snapshot is served while
- * one background refresh replaces it, so the hot path never waits on the registry after a cold start.
+ * Per-instance registry snapshot. The first call loads it; past `maxAgeMs` a stale snapshot is served while one
+ * background refresh replaces it, so under steady traffic the hot path never waits on the registry. Past twice
+ * that, a request waits for the reload instead: after an idle spell a retired model would otherwise be served,
+ * and a raised price undercharged, on the first call (serving a snapshot of any age did both). If the reload
+ * fails the old snapshot still serves: the store being down fails admission closed anyway.
  */
 export class RegistryCache {
   readonly #registry: DynamoRegistry;
@@ -311,7 +314,15 @@ export class RegistryCache {
   /** The current catalog; awaits only when there is none yet (cold start). */
   async catalog(): Promise<Catalog> {
     if (this.#snapshot === null) return this.refresh();
-    if (this.#clock.now() - this.#loadedAt > this.#maxAgeMs && this.#refreshing === null) {
+    const age = this.#clock.now() - this.#loadedAt;
+    if (age > 2 * this.#maxAgeMs) {
+      const stale = this.#snapshot;
+      return this.refresh().catch((error: unknown) => {
+        this.#log.warn('registry refresh failed', { error });
+        return stale;
+      });
+    }
+    if (age > this.#maxAgeMs && this.#refreshing === null) {
       this.refresh().catch((error: unknown) => this.#log.warn('registry refresh failed', { error }));
     }
     return this.#snapshot;

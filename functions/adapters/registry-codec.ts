@@ -41,7 +41,13 @@ export const deploymentSchema = z.strictObject({
   model: z.string().min(1),
   provider: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/),
   adapter: z.enum(['openai-compatible', 'anthropic']),
-  baseUrl: z.url({ protocol: /^https?$/ }),
+  // Keys live in keyRefs, never in the URL: the registry table, its exports and error messages (the price sync
+  // logs a URL it cannot fetch) all show it.
+  baseUrl: z.url({ protocol: /^https?$/ }).refine((url) => {
+    if (!URL.canParse(url)) return true; // z.url has said what is wrong with it
+    const parsed = new URL(url);
+    return parsed.username === '' && parsed.password === '' && parsed.search === '' && parsed.hash === '';
+  }, 'no credentials, query or fragment in a base URL (upstream keys go in keyRefs)'),
   upstreamModel: z.string().min(1),
   keyRefs: z
     .array(

@@ -21,15 +21,24 @@ export const planPriceSync = (
   minMargin: number,
 ): PriceSyncPlan => {
   const updated: Deployment[] = [];
-  const kinds = new Map(models.map((m) => [m.id, m.kind]));
+  const byId = new Map(models.map((m) => [m.id, m]));
   const next = deployments.map((d) => {
     // Price lists are per token; audio rates are per minute or per character, so they are not comparable.
-    const kind = kinds.get(d.model);
-    if (kind !== 'chat' && kind !== 'embedding') return d;
+    const model = byId.get(d.model);
+    if (model?.kind !== 'chat' && model?.kind !== 'embedding') return d;
     const listed = prices.get(d.id)?.get(d.upstreamModel);
     if (!listed) return d;
+    // Only the rates this model has: a provider may list an output rate for an embedding model, or a cached
+    // rate for a model we do not cache for — stored, they would make the registry one a load refuses.
+    const applicable: Rates = {
+      input: listed.input,
+      ...(model.kind === 'chat' && listed.output !== undefined ? { output: listed.output } : {}),
+      ...(model.flags.promptCaching && listed.cachedInput !== undefined
+        ? { cachedInput: listed.cachedInput }
+        : {}),
+    };
     // A rate the provider does not list keeps its configured cost: a missing price is not a price of zero.
-    const cost: Rates = { ...d.cost, ...listed };
+    const cost: Rates = { ...d.cost, ...applicable };
     if (sameRates(d.cost, cost)) return d;
     const changed = { ...d, cost };
     updated.push(changed);

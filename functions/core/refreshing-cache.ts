@@ -14,37 +14,33 @@ interface Entry<V> {
 }
 
 /**
- * A per-instance cache in front of a store. Concurrent loads of one key share a single store read, and an
- * expired value keeps answering while it is refreshed in the background — so when entries expire under load,
- * no request waits for the store and the store sees one read, not one per request. The staleness bound is
- * therefore `ttlMs` plus one store round trip.
+ * A per-instance cache in front of a store. Concurrent loads of one key share a single store read. A value is
+ * refreshed in the background from half its lifetime on, so under steady use no request waits for the store;
+ * it is never served past `ttlMs` — a revoked key, a new tier, must not outlive the documented bound because
+ * the key went unused for a while (serving an expired value while refreshing let a revoked key through on its
+ * first use after an idle minute). The staleness bound is `ttlMs` plus one store round trip.
  */
 export class RefreshingCache<V> {
   readonly #options: RefreshingCacheOptions<V>;
   readonly #entries = new Map<string, Entry<V>>();
   readonly #loading = new Map<string, Promise<V>>();
   readonly #maxEntries: number;
-  readonly #maxStaleMs: number;
 
   constructor(options: RefreshingCacheOptions<V>) {
     this.#options = options;
     this.#maxEntries = options.maxEntries ?? 10_000;
-    // Oldest a value may be and still be served while its refresh is under way.
-    this.#maxStaleMs = options.ttlMs === 0 ? 0 : Math.max(60_000, options.ttlMs * 4);
   }
 
   /** The value, from the cache when fresh enough; synchronous on a hit so hot paths add no microtask. */
   get(key: string): V | Promise<V> {
     const entry = this.#entries.get(key);
     const age = entry ? this.#options.clock.now() - entry.loadedAt : Number.POSITIVE_INFINITY;
-    if (entry && age < this.#options.ttlMs) return entry.value;
-    const refresh = this.#refresh(key);
-    if (entry && age < this.#maxStaleMs) {
+    if (entry && age < this.#options.ttlMs) {
       // A failed background refresh must not become an unhandled rejection; the next request retries it.
-      refresh.catch(() => {});
+      if (age >= this.#options.ttlMs / 2) this.#refresh(key).catch(() => {});
       return entry.value;
     }
-    return refresh;
+    return this.#refresh(key);
   }
 
   #refresh(key: string): Promise<V> {

@@ -129,6 +129,13 @@ describe('API keys through the admin CLI', () => {
     expect(listed[0]?.revokedAt).not.toBeNull();
   });
 
+  it('never brings a revoked key back: adding it again (npm start restarting with DEMO_API_KEY) is refused', async () => {
+    await expect(t.stack.container.accounts.createKey(accountId, { key })).rejects.toThrow(/revoked/);
+    const listed = JSON.parse(await admin('keys', 'list', accountId)) as { revokedAt: string | null }[];
+    expect(listed[0]?.revokedAt).not.toBeNull();
+    expect((await chat(key)).status).toBe(401);
+  });
+
   it('answers 401 invalid_api_key for a key whose account is gone (not a 503: no outage to report)', async () => {
     const { id } = await t.stack.container.accounts.createAccount({ id: `acct_gone_${Date.now()}` });
     const { key: orphan } = await t.stack.container.accounts.createKey(id);

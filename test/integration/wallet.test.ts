@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
 import { BalanceCeilingError, MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { Admission } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
@@ -82,6 +83,20 @@ describe('top-ups', () => {
     );
     expect((await h.accounting.wallet(id)).balance).toBe(0);
     expect((await h.accounts.getAccount(id))?.tier).toBe('trusted');
+  });
+
+  it('refuse a payment reference already credited to another account or with another amount', async () => {
+    const first = await newAccount();
+    const second = await newAccount();
+    const reference = `pay-shared-${first}`;
+    const topUp = (accountId: string, usd: number) =>
+      h.accounting.topUp({ accountId, amount: usdToNano(usd), reference, at: h.clock.now() });
+    expect(await topUp(first, 5)).toBe(true);
+    expect(await topUp(first, 5)).toBe(false); // the same payment again
+    await expect(topUp(second, 5)).rejects.toBeInstanceOf(TopUpReferenceError);
+    await expect(topUp(first, 500)).rejects.toBeInstanceOf(TopUpReferenceError);
+    expect((await h.accounting.wallet(second)).balance).toBe(0);
+    expect((await h.accounting.wallet(first)).balance).toBe(usdToNano(5));
   });
 
   it('carry what an unverified account spent into its trusted limits as the same units, not the same time', async () => {

@@ -163,6 +163,18 @@ describe('registry file', () => {
     ]);
   });
 
+  it.each([
+    'http://user:secret@api.example.com/v1',
+    'https://api.example.com/v1?api_key=secret',
+    'https://api.example.com/v1#secret',
+  ])('refuses a base URL carrying credentials, a query or a fragment: %s', (baseUrl) => {
+    const input = file(1);
+    Object.assign(input.deployments[0] as object, { baseUrl });
+    expect(issues(input)).toEqual([
+      'deployments[0].baseUrl: no credentials, query or fragment in a base URL (upstream keys go in keyRefs)',
+    ]);
+  });
+
   it('takes a completion cap field for chat deployments only', () => {
     const chatOnly = file(1);
     Object.assign(chatOnly.deployments[0] as object, { completionCapParam: 'max_completion_tokens' });

@@ -56,21 +56,31 @@ describe('Authenticator', () => {
     await expect(auth.authenticate(`Bearer ${REVOKED}`)).rejects.toBeInstanceOf(AuthenticationError);
   });
 
-  it('trusts a lookup for the TTL, then refreshes it: a revocation lands within TTL + one lookup', async () => {
+  it('trusts a lookup for the TTL, refreshing it in the background from half of it', async () => {
     const { auth, clock, lookups, records } = setup();
     await auth.authenticate(`Bearer ${GOOD}`);
     await auth.authenticate(`Bearer ${GOOD}`);
     expect(lookups).toHaveLength(1);
     records.set(`h(${GOOD})`, { accountId: 'acct_1', prefix: 'svc_live_AAAAAAAA', revoked: true });
-    clock.advance(4_999);
+    clock.advance(2_000);
     await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toBeDefined();
     expect(lookups).toHaveLength(1);
-    clock.advance(2);
-    // Past the TTL the stale answer still serves this request while the refresh runs…
+    clock.advance(1_000);
+    // Past half the TTL the cached answer still serves this request while a refresh runs…
     await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toBeDefined();
     expect(lookups).toHaveLength(2);
+    await new Promise((resolve) => setImmediate(resolve));
     // …and the refreshed answer serves the next one.
     await expect(auth.authenticate(`Bearer ${GOOD}`)).rejects.toBeInstanceOf(AuthenticationError);
+  });
+
+  it('never serves an answer past the TTL, however long the key went unused: a revocation lands within it', async () => {
+    const { auth, clock, lookups, records } = setup();
+    await auth.authenticate(`Bearer ${GOOD}`);
+    records.set(`h(${GOOD})`, { accountId: 'acct_1', prefix: 'svc_live_AAAAAAAA', revoked: true });
+    clock.advance(5_001);
+    await expect(auth.authenticate(`Bearer ${GOOD}`)).rejects.toBeInstanceOf(AuthenticationError);
+    expect(lookups).toHaveLength(2);
   });
 
   it('shares one store read among concurrent lookups of a key', async () => {
@@ -88,7 +98,7 @@ describe('Authenticator', () => {
     expect(lookups).toHaveLength(2);
   });
 
-  it('keeps serving the cached answer when a background refresh fails, and retries it', async () => {
+  it('rides out a failed background refresh within the TTL, and fails closed past it', async () => {
     const clock = manualClock();
     let down = false;
     let reads = 0;
@@ -106,11 +116,12 @@ describe('Authenticator', () => {
     });
     await auth.authenticate(`Bearer ${GOOD}`);
     down = true;
-    clock.advance(6_000);
+    clock.advance(3_000);
     await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toMatchObject({ accountId: 'acct_1' });
     await new Promise((resolve) => setImmediate(resolve));
-    await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toMatchObject({ accountId: 'acct_1' });
-    expect(reads).toBe(3);
+    expect(reads).toBe(2);
+    clock.advance(3_000);
+    await expect(auth.authenticate(`Bearer ${GOOD}`)).rejects.toMatchObject({ status: 503 });
   });
 });
 

@@ -123,6 +123,14 @@ describe('planPriceSync', () => {
     expect(plan.republished).toEqual([]);
   });
 
+  it('stores only the rates the model has: no output rate for an embedding model, no cached rate without caching', () => {
+    const embed = { ...chatModel({ id: 'emb', rates: { input: 0.05 } }), kind: 'embedding' as const };
+    const d = deployment({ id: 'e', model: 'emb', upstreamModel: 'up-emb', cost: { input: 0.02 } });
+    const listed = { input: 0.03, output: 0.2, cachedInput: 0.01 };
+    const plan = planPriceSync([embed], [d], new Map([['e', new Map([['up-emb', listed]])]]), 0.2);
+    expect(plan.updated).toEqual([{ ...d, cost: { input: 0.03 } }]);
+  });
+
   it('leaves audio deployments alone: per-token price lists do not compare with per-minute rates', () => {
     const stt = chatModel({
       id: 'stt',
