@@ -27,7 +27,7 @@ import {
   rescaleBuckets,
   type Tier,
 } from '#core/limits.ts';
-import { quotaOf } from './dynamo-accounts.ts';
+import { profileOf } from './dynamo-accounts.ts';
 
 /**
  * Accounting in DynamoDB: every money and limit invariant is a condition on a transaction.
@@ -505,10 +505,7 @@ export class DynamoAccounting implements AccountingStore {
       ),
     ]);
     if (!profile) return { buckets: null, exists: false };
-    const current = {
-      tier: (profile.tier?.S === 'trusted' ? 'trusted' : 'unverified') as Tier,
-      quota: quotaOf(profile),
-    };
+    const current = profileOf(accountId, profile);
     const target = next(current);
     if (!target) return { buckets: null, exists: true };
     const state = bucketOf(buckets);

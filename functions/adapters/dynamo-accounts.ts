@@ -54,13 +54,20 @@ const accountKey = (id: string) => ({ pk: { S: `acct#${id}` }, sk: { S: 'profile
  * the request path only reads keys (dynamo-key-store.ts).
  * Account items: `pk = acct#<id>`, `sk = profile`.
  */
-export const quotaOf = (item: Record<string, AttributeValue> | undefined): Partial<Limits> | null => {
+const quotaOf = (item: Record<string, AttributeValue> | undefined): Partial<Limits> | null => {
   const map = item?.quota?.M;
   if (!map) return null;
   const quota: Partial<Record<keyof Limits, number>> = {};
   for (const d of DIMENSIONS) if (map[d]?.N) quota[d] = Number(map[d].N);
   return quota;
 };
+
+/** An account item's tier and quota, as admission (and a change of limits) reads them. */
+export const profileOf = (id: string, item: Record<string, AttributeValue>): AccountProfile => ({
+  id,
+  tier: item.tier?.S === 'trusted' ? 'trusted' : 'unverified',
+  quota: quotaOf(item),
+});
 
 export class DynamoAccounts implements AccountDirectory {
   readonly #client: DynamoDBClient;
@@ -130,8 +137,7 @@ export class DynamoAccounts implements AccountDirectory {
         ProjectionExpression: 'tier, quota',
       }),
     );
-    if (!Item) return null;
-    return { id, tier: Item.tier?.S === 'trusted' ? 'trusted' : 'unverified', quota: quotaOf(Item) };
+    return Item ? profileOf(id, Item) : null;
   }
 
   /**

@@ -311,7 +311,7 @@ export class RegistryCache {
     this.#log = log;
   }
 
-  /** The current catalog; awaits only when there is none yet (cold start). */
+  /** The current catalog; awaits a load when there is none yet (cold start) or it is past twice its age. */
   async catalog(): Promise<Catalog> {
     if (this.#snapshot === null) return this.refresh();
     const age = this.#clock.now() - this.#loadedAt;

@@ -1,9 +1,4 @@
-import {
-  type AttributeValue,
-  type DynamoDBClient,
-  paginateQuery,
-  QueryCommand,
-} from '@aws-sdk/client-dynamodb';
+import { type AttributeValue, type DynamoDBClient, paginateQuery } from '@aws-sdk/client-dynamodb';
 import type { FaultEntry } from '#core/usage-aggregates.ts';
 import type { AggregateRow, UsageSource } from '#core/usage-report.ts';
 
@@ -68,27 +63,25 @@ export class DynamoUsage implements UsageSource {
   async recentFaults(days: readonly string[], limit: number, untilMs: number): Promise<FaultEntry[]> {
     const faults: FaultEntry[] = [];
     for (const day of days) {
-      let start: Record<string, AttributeValue> | undefined;
-      do {
-        // Filtered in the query, paging on: a Limit counts the items read before the filter, so entries that are
-        // not listed (caller errors logged by older code, faults after the report's moment) would otherwise take
-        // the places of real ones.
-        const page = await this.#client.send(
-          new QueryCommand({
-            TableName: this.#table,
-            KeyConditionExpression: 'pk = :pk',
-            FilterExpression: '#group <> :caller AND #at <= :until',
-            ExpressionAttributeNames: { '#group': 'group', '#at': 'at' },
-            ExpressionAttributeValues: {
-              ':pk': { S: `faults#${day}` },
-              ':caller': { S: 'agent-error' },
-              ':until': { N: String(untilMs) },
-            },
-            ScanIndexForward: false,
-            Limit: FAULT_PAGE,
-            ...(start ? { ExclusiveStartKey: start } : {}),
-          }),
-        );
+      // Filtered in the query, paging on: a Limit counts the items read before the filter, so entries that are
+      // not listed (caller errors logged by older code, faults after the report's moment) would otherwise take
+      // the places of real ones.
+      const pages = paginateQuery(
+        { client: this.#client, pageSize: FAULT_PAGE },
+        {
+          TableName: this.#table,
+          KeyConditionExpression: 'pk = :pk',
+          FilterExpression: '#group <> :caller AND #at <= :until',
+          ExpressionAttributeNames: { '#group': 'group', '#at': 'at' },
+          ExpressionAttributeValues: {
+            ':pk': { S: `faults#${day}` },
+            ':caller': { S: 'agent-error' },
+            ':until': { N: String(untilMs) },
+          },
+          ScanIndexForward: false,
+        },
+      );
+      for await (const page of pages) {
         for (const item of page.Items ?? []) {
           if (faults.length >= limit) return faults;
           const sk = item.sk?.S ?? '';
@@ -102,9 +95,8 @@ export class DynamoUsage implements UsageSource {
             detail: item.detail?.S || 'fault',
           });
         }
-        start = page.LastEvaluatedKey;
-      } while (start && faults.length < limit);
-      if (faults.length >= limit) break;
+        if (faults.length >= limit) return faults;
+      }
     }
     return faults;
   }

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
 import type { AudioStream } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
-import { deadlineError, deadlineFor, type RelayProgress, relayBody } from './relay-body.ts';
+import { failureOf, type RelayProgress, relayBody } from './relay-body.ts';
 
 /**
  * The client's audio: upstream chunks relayed as they arrive. Binary audio has no error event, so an upstream
@@ -12,18 +12,11 @@ import { deadlineError, deadlineFor, type RelayProgress, relayBody } from './rel
  */
 export const audioBody = (stream: AudioStream, call: CallRecorder, usage: Usage): Readable => {
   const progress: RelayProgress = { started: false };
-  return relayBody(
-    call,
-    relay(stream, call, usage, progress),
-    64 * 1024,
-    progress,
-    () => {
-      // The client left before the first byte: charged as any abandoned speech call (the input was read).
-      call.aborted(usage);
-      stream.close();
-    },
-    () => stream.close(),
-  );
+  return relayBody(call, relay(stream, call, usage, progress), 64 * 1024, progress, {
+    close: () => stream.close(),
+    // The client left before the first byte: charged as any abandoned speech call (the input was read).
+    unread: () => call.aborted(usage),
+  });
 };
 
 async function* relay(
@@ -35,17 +28,15 @@ async function* relay(
   progress.started = true;
   let finished = false;
   const upstream = stream[Symbol.asyncIterator]();
-  const cancelDeadline = deadlineFor(call, progress, () => stream.close());
   try {
     for (;;) {
       let next: IteratorResult<Uint8Array, void>;
       try {
         next = await upstream.next();
       } catch (error) {
-        // The client left while the upstream was awaited (relay-body.ts closed it): an abort, not a break.
-        if (progress.gone) return;
+        const cause = failureOf(progress, error);
+        if (cause === null) return; // the client left: an abort, recorded below
         finished = true;
-        const cause = progress.outOfTime ? deadlineError() : error;
         call.interrupted(cause, null);
         throw cause;
       }
@@ -55,7 +46,6 @@ async function* relay(
     finished = true;
     call.succeeded(usage);
   } finally {
-    cancelDeadline();
     if (!finished) call.aborted(usage);
     stream.close();
   }

@@ -3,7 +3,7 @@ import type { CallRecorder } from '#core/call-recorder.ts';
 import type { PreparedChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage } from '#core/usage.ts';
-import { deadlineError, deadlineFor, type RelayProgress, relayBody } from './relay-body.ts';
+import { failureOf, type RelayProgress, relayBody } from './relay-body.ts';
 import { DONE_FRAME, errorFrame, frame } from './sse.ts';
 
 /**
@@ -13,18 +13,11 @@ import { DONE_FRAME, errorFrame, frame } from './sse.ts';
  */
 export const chatEventStream = (stream: ChatStream, prepared: PreparedChat, call: CallRecorder): Readable => {
   const progress: RelayProgress = { started: false };
-  return relayBody(
-    call,
-    relay(stream, prepared, call, progress),
-    16 * 1024,
-    progress,
-    () => {
-      // The client left before the first byte: the prompt was processed for it, nothing was relayed.
-      call.aborted(estimatedUsage(prepared, 0));
-      stream.close();
-    },
-    () => stream.close(),
-  );
+  return relayBody(call, relay(stream, prepared, call, progress), 16 * 1024, progress, {
+    close: () => stream.close(),
+    // The client left before the first byte: the prompt was processed for it, nothing was relayed.
+    unread: () => call.aborted(estimatedUsage(prepared, 0)),
+  });
 };
 
 async function* relay(
@@ -40,7 +33,6 @@ async function* relay(
   let contentChunks = 0;
   let finished = false;
   const upstream = stream[Symbol.asyncIterator]();
-  const cancelDeadline = deadlineFor(call, progress, () => stream.close());
   try {
     for (;;) {
       // Only errors from the upstream side are caught here. When the client goes away, the stream machinery
@@ -49,10 +41,9 @@ async function* relay(
       try {
         next = await upstream.next();
       } catch (error) {
-        // The client left while the upstream was awaited (relay-body.ts closed it): an abort, not a break.
-        if (progress.gone) return;
+        const cause = failureOf(progress, error);
+        if (cause === null) return; // the client left: an abort, recorded below
         finished = true;
-        const cause = progress.outOfTime ? deadlineError() : error;
         call.interrupted(cause, usage);
         yield errorFrame(cause);
         return;
@@ -78,7 +69,6 @@ async function* relay(
     } else call.succeeded(usage);
     yield DONE_FRAME;
   } finally {
-    cancelDeadline();
     // Unfinished here means the consumer stopped reading: the client went away.
     if (!finished) call.aborted(usage ?? estimatedUsage(prepared, contentChunks));
     stream.close();

@@ -60,20 +60,16 @@ const MIDDY_SLICE_CHARS = 16_384;
  * response — the call's settlement — never run (an embeddings reply of 1536 dimensions is ~30 KB). A stream
  * body is piped instead, and a pipeline ends with its destination's close. Short strings are written at once.
  */
-const deliverable = (response: HttpResponse): HttpResponse => {
-  if (typeof response.body === 'string' && response.body.length > MIDDY_SLICE_CHARS)
+const pipeLongBody = (request: { response: HttpResponse | null | undefined }): void => {
+  const response = request.response;
+  if (typeof response?.body === 'string' && response.body.length > MIDDY_SLICE_CHARS)
     response.body = Readable.from([Buffer.from(response.body)]);
-  return response;
 };
 
-/** Applies `deliverable` to every response, errors' included; used first, so that its hooks run last. */
+/** Pipes every long body, errors' included; used first, so that its hooks run last. */
 const longBodiesPiped: middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> = {
-  after: (request) => {
-    if (request.response) deliverable(request.response);
-  },
-  onError: (request) => {
-    if (request.response) deliverable(request.response);
-  },
+  after: pipeLongBody,
+  onError: pipeLongBody,
 };
 
 /** Function URLs and the REST API's streaming integrations send different event shapes (rest-event.ts). */

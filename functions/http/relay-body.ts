@@ -12,53 +12,66 @@ export interface RelayProgress {
   outOfTime?: boolean;
 }
 
+/** What the body does to the relay's upstream, and what it records for a body never read. */
+export interface RelayHandlers {
+  /** Abandons the upstream response (idempotent). */
+  close(): void;
+  /** Records the outcome of a call whose body was never read (the client left before the first byte). */
+  unread(): void;
+}
+
 /**
- * Cuts a relayed stream at the call's deadline: marks the progress and closes the upstream, whose pending read
- * then fails into the relay, which ends the stream as interrupted and so lets the invocation settle in time.
- * Returns the timer's cancel.
+ * Why a relay's upstream read failed, as the relay should end: null when the client went away (the body closed
+ * the upstream: an abort, recorded by the relay's `finally`), the deadline's error when the call ran out of time,
+ * else the upstream's own error.
  */
-export const deadlineFor = (call: CallRecorder, progress: RelayProgress, close: () => void): (() => void) => {
-  if (call.endBy === null) return () => {};
-  const timer = setTimeout(
-    () => {
-      progress.outOfTime = true;
-      close();
-    },
-    Math.max(0, call.endBy - Date.now()),
-  );
-  timer.unref();
-  return () => clearTimeout(timer);
-};
+export const failureOf = (progress: RelayProgress, error: unknown): unknown =>
+  progress.gone ? null : progress.outOfTime ? deadlineError() : error;
 
 /** What a stream cut at its deadline tells the client, as its final event. */
-export const deadlineError = (): UpstreamFaultError =>
+const deadlineError = (): UpstreamFaultError =>
   new UpstreamFaultError(
     'The response ran into the longest time a call may take and was cut off; it is incomplete and not charged.',
   );
 
 /**
- * A response body read from a relay generator that records the call's outcome in its `finally`.
+ * A response body read from a relay generator that records the call's outcome in its `finally`. Besides reading
+ * it, the body watches for what the generator cannot see while it awaits the upstream:
  *
- * When the client hangs up before the response begins (while the call is authenticated, admitted, or waits for
- * the upstream's first byte), the runtime finds the response stream already closed and destroys the body
- * without reading it. A generator that never started never reaches its `finally`, so the call would end with no
- * outcome (settled as an internal error, charging nothing) and the upstream response would stay open. `unread`
- * does what that `finally` would have done, once.
+ * - **A body never read.** When the client hangs up before the response begins (while the call is authenticated,
+ *   admitted, or waits for the upstream's first byte), the runtime finds the response stream already closed and
+ *   destroys the body without reading it. A generator that never started never reaches its `finally`, so the
+ *   call would end with no outcome (settled as an internal error, charging nothing) and the upstream response
+ *   would stay open. `unread` does what that `finally` would have done, once, and the upstream is closed.
+ * - **A client that leaves mid-stream.** Its body is destroyed, which returns the generator — but only at its
+ *   next `yield`: while it awaits the upstream (a model thinking, a long pause) nothing reaches it, and it would
+ *   learn of the hang-up only from the upstream's next event or its idle timeout, and take it for a broken
+ *   upstream. The body's destroy is where the hang-up is known at once: it marks `progress.gone` and closes the
+ *   upstream, and the generator's failed read ends as an abort (failureOf).
+ * - **The call's deadline** (CallRecorder.endBy): Lambda kills an invocation at its timeout, the work after the
+ *   response included, so the stream is cut before then — `progress.outOfTime`, the upstream closed — and the
+ *   generator ends it as interrupted, in time for the invocation to settle.
  */
 export const relayBody = <T>(
   call: CallRecorder,
   relay: AsyncGenerator<T>,
   highWaterMark: number,
   progress: RelayProgress,
-  unread: () => void,
-  gone: () => void,
+  handlers: RelayHandlers,
 ): Readable => {
   const body = Readable.from(relay, { objectMode: false, highWaterMark });
-  // A client that leaves mid-stream gets the body destroyed, which returns the generator — but only at its next
-  // `yield`: while it awaits the upstream (a model thinking, a long pause) nothing reaches it, and it would learn
-  // of the hang-up only from the upstream's next event or its idle timeout, and take it for a broken upstream.
-  // The body's destroy is where the hang-up is known at once: `gone` abandons the upstream read, and the
-  // generator, seeing `progress.gone`, ends as an abort.
+  const deadline =
+    call.endBy === null
+      ? null
+      : setTimeout(
+          () => {
+            progress.outOfTime = true;
+            handlers.close();
+          },
+          Math.max(0, call.endBy - Date.now()),
+        );
+  deadline?.unref();
+
   const destroy = body._destroy.bind(body);
   let ended = false;
   body.once('end', () => {
@@ -67,19 +80,22 @@ export const relayBody = <T>(
   body._destroy = (error, callback) => {
     if (progress.started && !ended && !progress.gone) {
       progress.gone = true;
-      gone();
+      handlers.close();
     }
     destroy(error, callback);
   };
+
   let done = false;
-  const once = () => {
+  const finish = () => {
+    clearTimeout(deadline ?? undefined);
     if (done || progress.started) return;
     done = true;
-    unread();
+    handlers.unread();
+    handlers.close();
   };
-  // Whichever comes first: the runtime destroying the body unread, or the invocation ending without having
-  // piped it at all (a response stream already closed refuses the pipe before touching the body).
-  body.once('close', once);
-  call.onUnread(once);
+  // Whichever comes first: the body closing (read to its end, destroyed, or destroyed unread), or the invocation
+  // ending without having piped it at all (a response stream already closed refuses the pipe before touching it).
+  body.once('close', finish);
+  call.onUnread(finish);
   return body;
 };

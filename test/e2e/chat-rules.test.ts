@@ -103,27 +103,21 @@ describe('content and tools', () => {
     ).json()) as { choices: { message: Json; finish_reason: string }[] };
     expect(first.choices[0]?.finish_reason).toBe('tool_calls');
     const call = (first.choices[0]?.message.tool_calls as { id: string }[] | undefined)?.[0];
-    const second = await t.post('/chat/completions', {
-      model: 'famA-v4.1-flash',
-      tools,
-      messages: [
-        { role: 'user', content: 'weather?' },
-        first.choices[0]?.message,
-        { role: 'tool', tool_call_id: call?.id, content: '{"sky":"clear"}' },
-      ],
-    });
-    expect(second.status).toBe(200);
+    /** The conversation so far, answered with a tool result for `toolCallId`. */
+    const answer = (toolCallId: string | undefined) =>
+      t.post('/chat/completions', {
+        model: 'famA-v4.1-flash',
+        tools,
+        messages: [
+          { role: 'user', content: 'weather?' },
+          first.choices[0]?.message,
+          { role: 'tool', tool_call_id: toolCallId, content: '{"sky":"clear"}' },
+        ],
+      });
+    expect((await answer(call?.id)).status).toBe(200);
     // The same history with the tool result's id mistyped: refused by us, never sent upstream.
     t.simulator.clearCalls();
-    const mistyped = await t.post('/chat/completions', {
-      model: 'famA-v4.1-flash',
-      tools,
-      messages: [
-        { role: 'user', content: 'weather?' },
-        first.choices[0]?.message,
-        { role: 'tool', tool_call_id: `${call?.id}x`, content: '{"sky":"clear"}' },
-      ],
-    });
+    const mistyped = await answer(`${call?.id}x`);
     expect(mistyped.status).toBe(400);
     expect(((await mistyped.json()) as { error: { param: string } }).error.param).toBe(
       'messages[2].tool_call_id',

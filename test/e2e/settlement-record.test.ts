@@ -26,6 +26,18 @@ const body = (extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
+/** A streamed chat call with this prompt, read by hand, and how to hang up on it. */
+const readableStream = async (content: string) => {
+  const controller = new AbortController();
+  const res = await fetch(`${t.baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body({ stream: true, messages: [{ role: 'user', content }] })),
+    signal: controller.signal,
+  });
+  return { reader: (res.body as ReadableStream<Uint8Array>).getReader(), leave: () => controller.abort() };
+};
+
 /** Sends a call and hangs up 150 ms later, while the upstream is still working on it. */
 const abandoned = async (path: string, payload: unknown) => {
   const controller = new AbortController();
@@ -140,22 +152,10 @@ describe('the settlement record', () => {
   });
 
   it('charges a client that walks away for what was produced', async () => {
-    const controller = new AbortController();
-    const res = await fetch(`${t.baseURL}/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
-      body: JSON.stringify(
-        body({
-          stream: true,
-          messages: [{ role: 'user', content: 'x [[sim: chunk_delay_ms=100 completion_tokens=30]]' }],
-        }),
-      ),
-      signal: controller.signal,
-    });
-    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    const { reader, leave } = await readableStream('x [[sim: chunk_delay_ms=100 completion_tokens=30]]');
     await reader.read();
     await reader.read();
-    controller.abort();
+    leave();
     const [record] = await takeSettlements(t.stack, 1);
     expect(record).toMatchObject({ outcome: 'client_aborted', usage: { source: 'estimated' } });
     expect(record?.usage?.completionTokens).toBeLessThan(30);
@@ -209,19 +209,10 @@ describe('the settlement record', () => {
   });
 
   it('settles a stream whose client leaves during a long upstream pause at once, as abandoned and charged', async () => {
-    const controller = new AbortController();
-    const res = await fetch(`${t.baseURL}/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
-      body: JSON.stringify(
-        body({ stream: true, messages: [{ role: 'user', content: 'x [[sim: chunk_delay_ms=8000]]' }] }),
-      ),
-      signal: controller.signal,
-    });
-    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    const { reader, leave } = await readableStream('x [[sim: chunk_delay_ms=8000]]');
     await reader.read(); // the first event; the next is 8 s away
     const left = Date.now();
-    controller.abort();
+    leave();
     const [record] = await takeSettlements(t.stack, 1, 4_000);
     // Known at the hang-up, not when the upstream next spoke (8 s) or its idle timeout (60 s) ran out.
     expect(Date.now() - left).toBeLessThan(4_000);

@@ -75,7 +75,6 @@ class RelayedStream implements ChatStream {
   readonly #modelLabel: string;
   readonly #stripNullUsage: boolean;
 
-  readonly #upstreamName: string;
   /** Usage seen, or every choice finished: an end without `[DONE]` after that is still a whole reply. */
   #usageSeen = false;
   #finishes = 0;
@@ -84,8 +83,7 @@ class RelayedStream implements ChatStream {
   constructor(first: string, upstream: UpstreamEvents, call: UpstreamCall) {
     this.#first = first;
     this.#upstream = upstream;
-    this.#upstreamName = JSON.stringify(call.deployment.upstreamModel);
-    this.#modelNeedle = `"model":${this.#upstreamName}`;
+    this.#modelNeedle = `"model":${JSON.stringify(call.deployment.upstreamModel)}`;
     this.#modelLabel = `"model":${JSON.stringify(call.publicModel)}`;
     this.#choices = typeof call.body.n === 'number' ? call.body.n : 1;
     // We forced include_usage upstream; a client that did not ask should not see `"usage":null` either.
@@ -122,7 +120,7 @@ class RelayedStream implements ChatStream {
     // first, so the model is relabelled, the usage found and the data framed on one line all the same.
     let data = raw.includes('\n') || raw.includes('": ') ? compact(raw) : raw;
     data = data.replace(this.#modelNeedle, this.#modelLabel);
-    if (data.includes('"finish_reason":"')) this.#finishes += countOf(data, '"finish_reason":"');
+    this.#finishes += countOf(data, '"finish_reason":"');
     const usageAt = data.lastIndexOf('"usage":');
     if (usageAt !== -1 && data.charCodeAt(usageAt + 8) === 123 /* { */) {
       const chunk = JSON.parse(data) as { choices?: unknown[]; usage?: unknown };
