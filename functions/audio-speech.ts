@@ -19,10 +19,11 @@ export const createHandler = (container: () => Container) =>
       call,
     );
     // Resolves with the first audio bytes in hand: every failure before them may still fall back.
-    const audio = await c.gateway.route(resolved, call, true, (deployment, keyIndex) =>
+    const audio = await c.gateway.route(resolved, call, true, (deployment, keyIndex, signal) =>
       c.provider(deployment.adapter, 'speech').speak({
         deployment,
         keyIndex,
+        signal,
         body: upstreamSpeechBody(request, deployment.upstreamModel),
       }),
     );

@@ -31,10 +31,11 @@ export const createHandler = (container: () => Container) =>
       },
       call,
     );
-    const reply = await c.gateway.route(resolved, call, true, async (deployment, keyIndex) => {
+    const reply = await c.gateway.route(resolved, call, true, async (deployment, keyIndex, signal) => {
       const upstream = await c.provider(deployment.adapter, 'transcriptions').transcribe({
         deployment,
         keyIndex,
+        signal,
         file,
         fields: upstreamTranscriptionFields(request, deployment.upstreamModel),
       });

@@ -30,17 +30,18 @@ export const createHandler = (container: () => Container) =>
       },
       call,
     );
-    const upstream = (deployment: Deployment, keyIndex: number): UpstreamCall => ({
+    const upstream = (deployment: Deployment, keyIndex: number, signal: AbortSignal): UpstreamCall => ({
       deployment,
       keyIndex,
+      signal,
       body: upstreamChatBody(prepared, deployment),
       publicModel: request.model,
       clientWantsUsage: prepared.clientWantsUsage,
     });
 
     if (!prepared.stream) {
-      const result = await c.gateway.route(resolved, call, true, (d, k) =>
-        c.provider(d.adapter, 'chat').complete(upstream(d, k)),
+      const result = await c.gateway.route(resolved, call, true, (d, k, signal) =>
+        c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
       );
       const usage = result.usage ?? estimatedUsage(prepared, result, c);
       call.succeeded(usage);
@@ -53,8 +54,8 @@ export const createHandler = (container: () => Container) =>
       };
     }
     // Resolves once the first upstream event is in hand: every failure before that may still fall back.
-    const stream = await c.gateway.route(resolved, call, false, (d, k) =>
-      c.provider(d.adapter, 'chat').stream(upstream(d, k)),
+    const stream = await c.gateway.route(resolved, call, false, (d, k, signal) =>
+      c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
     );
     return {
       statusCode: 200,

@@ -28,10 +28,11 @@ export const createHandler = (container: () => Container) =>
       },
       call,
     );
-    const result = await c.gateway.route(resolved, call, true, async (deployment, keyIndex) => {
+    const result = await c.gateway.route(resolved, call, true, async (deployment, keyIndex, signal) => {
       const reply = await c.provider(deployment.adapter, 'embeddings').embed({
         deployment,
         keyIndex,
+        signal,
         body: upstreamEmbeddingsBody(prepared, deployment),
       });
       checkVectors(prepared, reply.vectors);

@@ -43,7 +43,11 @@ export interface Route {
  * The handlers, as each Lambda would load them: the `awslambda` globals must exist before a handler
  * module is imported, because middy wraps the handler at import time.
  */
-export const loadRoutes = async (container: Container): Promise<Route[]> => {
+export const loadRoutes = async (
+  container: Container,
+  /** Tests: Lambda timeouts (ms) other than the deployed ones, per function name, to see a call meet its end. */
+  timeoutsMs: Readonly<Record<string, number>> = {},
+): Promise<Route[]> => {
   installLambdaGlobals();
   const functions = [
     ['/v1/chat/completions', 'chat-completions', await import('#functions/chat-completions.ts')],
@@ -57,7 +61,7 @@ export const loadRoutes = async (container: Container): Promise<Route[]> => {
       method: 'POST',
       path,
       name,
-      timeoutMs: timeoutMsOf(name),
+      timeoutMs: timeoutsMs[name] ?? timeoutMsOf(name),
       handler: asStreaming(module.createHandler(() => container)),
     })),
     {
@@ -65,7 +69,7 @@ export const loadRoutes = async (container: Container): Promise<Route[]> => {
       path: '/v1/models',
       prefix: true,
       name: 'models',
-      timeoutMs: timeoutMsOf('models'),
+      timeoutMs: timeoutsMs.models ?? timeoutMsOf('models'),
       handler: asStreaming(models.createHandler(() => container)),
     },
   ];

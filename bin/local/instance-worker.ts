@@ -24,6 +24,7 @@ export interface InstanceWorkerInput {
   /** From ThreadedSettlementSink.attach, transferred to this thread. */
   readonly settlementPort: MessagePort;
   readonly site: { readonly s3: string; readonly bucket: string };
+  readonly functionTimeoutsMs?: Readonly<Record<string, number>>;
 }
 
 const input = workerData as InstanceWorkerInput;
@@ -35,7 +36,7 @@ const container = createContainer(loadConfig(input.functionEnv), {
   metering: input.metering,
 });
 const site = siteReader(input.site.s3, input.site.bucket);
-const instance = createInstanceServer(await loadRoutes(container), site, (error) =>
+const instance = createInstanceServer(await loadRoutes(container, input.functionTimeoutsMs), site, (error) =>
   container.log.error('local host failed a request', { error }),
 );
 await new Promise<void>((resolve, reject) => {

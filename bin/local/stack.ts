@@ -82,6 +82,11 @@ export interface LocalStackOptions {
    * with its own container, as concurrent Lambda instances are. Tests that reach into `container` use one.
    */
   readonly instances?: number;
+  /**
+   * Tests: Lambda timeouts (ms) per function name other than the deployed ones (lib/functions.ts), so a test can
+   * see what a call does when its invocation runs out of time.
+   */
+  readonly functionTimeoutsMs?: Readonly<Record<string, number>>;
 }
 
 export interface LocalStack {
@@ -257,7 +262,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       stops.push(async () => clearInterval(timer));
     }
 
-    const routes = await loadRoutes(container);
+    const routes = await loadRoutes(container, options.functionTimeoutsMs);
     // The site bucket behind the site root (`/`, `/usage.json`), and the usage report's schedule.
     const site = await startLocalSite({
       endpoints: emulators,
@@ -297,6 +302,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
           metering: options.metering ?? true,
           settlementPort,
           site: { s3: emulators.s3, bucket: resources.siteBucket },
+          ...(options.functionTimeoutsMs ? { functionTimeoutsMs: options.functionTimeoutsMs } : {}),
         } satisfies InstanceWorkerInput,
         [settlementPort],
       );

@@ -78,6 +78,13 @@ export interface FallbackOptions {
   readonly random: Random;
   /** Receives every attempt as it ends, successful or not (for settlement and health). */
   readonly attempts: Attempt[];
+  /**
+   * Aborts when the call runs out of time (the invocation's end, less what answering and settling need). The
+   * attempt under way is abandoned — `call` must hand this signal to the upstream request — and no other is
+   * started: the client gets a 500 it can retry, and the call is settled, instead of an invocation killed
+   * mid-attempt with no answer and no settlement.
+   */
+  readonly deadline?: AbortSignal;
 }
 
 export interface Served<T> {
@@ -95,7 +102,7 @@ export const withFallback = async <T>(
   options: FallbackOptions,
   call: (deployment: Deployment, keyIndex: number) => Promise<T>,
 ): Promise<Served<T>> => {
-  const { attempts, clock } = options;
+  const { attempts, clock, deadline } = options;
   let upstreamCalls = countUpstreamCalls(attempts);
   let lastFailure: UpstreamFailure | null = null;
   for (const deployment of plan) {
@@ -104,6 +111,7 @@ export const withFallback = async <T>(
     const tries = options.cycleKeys ? keys : 1;
     for (let k = 0; k < tries; k++) {
       if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure);
+      if (deadline?.aborted) throw outOfTime();
       const keyIndex = (start + k) % keys;
       const started = clock.now();
       try {
@@ -111,6 +119,14 @@ export const withFallback = async <T>(
         attempts.push(record(deployment, keyIndex, 'ok', null, clock.now() - started, null));
         return { value, deployment };
       } catch (error) {
+        if (deadline?.aborted) {
+          // Whatever the attempt threw, it was cut by the deadline (or failed just as it came): not a verdict on
+          // the deployment, whose own timeouts judge its speed.
+          const cut = record(deployment, keyIndex, 'timeout', null, clock.now() - started, CUT_DETAIL);
+          cutAttempts.add(cut);
+          attempts.push(cut);
+          throw outOfTime();
+        }
         if (!(error instanceof UpstreamFailure)) throw error;
         lastFailure = error;
         if (error.kind !== 'unsupported') upstreamCalls++;
@@ -125,6 +141,20 @@ export const withFallback = async <T>(
   }
   return exhausted(attempts, lastFailure);
 };
+
+const CUT_DETAIL = "cut at the call's deadline";
+/** Attempts abandoned at the call's deadline (see FallbackOptions.deadline). */
+const cutAttempts = new WeakSet<Attempt>();
+
+/** Whether an attempt was abandoned at the call's deadline: health must not count it against its deployment. */
+export const cutAtDeadline = (attempt: Attempt): boolean => cutAttempts.has(attempt);
+
+/** The call ran out of time before any upstream answered: a 500 the client may retry, charged nothing. */
+const outOfTime = (): UpstreamFaultError =>
+  new UpstreamFaultError(
+    'No upstream provider answered within the longest time a call may take. Please retry.',
+    new UpstreamFailure('timeout', "the call's deadline came before any upstream answered"),
+  );
 
 /** Attempts that reached an upstream: all but those a deployment's protocol could not express. */
 export const countUpstreamCalls = (attempts: readonly Attempt[]): number => {

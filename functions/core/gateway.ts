@@ -1,7 +1,7 @@
 import type { Admission, AdmissionRequest } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
-import { type Served, withFallback } from './fallback.ts';
+import { cutAtDeadline, type Served, withFallback } from './fallback.ts';
 import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Clock, Random } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
@@ -65,28 +65,38 @@ export class Gateway {
   /**
    * Tries the model's deployments in route order until one answers. `cycleKeys` is on for non-stream
    * calls (spec §7). The serving deployment is recorded on the call.
+   *
+   * `attempt` must pass its `signal` to the upstream request: it aborts at the call's deadline
+   * (`call.endBy`), which bounds the whole route — a slow upstream's attempts, each within its own timeout,
+   * could otherwise add up past the invocation's end (6 × 180 s against chat's 900 s), and an invocation
+   * killed there answers the client nothing and settles nothing. For a stream the signal matters only until
+   * its first event: the relay body keeps the deadline from there (http/relay-body.ts).
    */
   async route<T>(
     resolved: Resolved,
     call: CallRecorder,
     cycleKeys: boolean,
-    attempt: (deployment: Deployment, keyIndex: number) => Promise<T>,
+    attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
     const { clock, random, maxAttempts, health } = this.#deps;
     const started = clock.now();
     const { deployments: plan, probes } = planRoute(resolved.deployments, random, health);
     if (probes.size > 0) this.#probes.set(call, probes);
     const before = call.attempts.length;
+    const deadline = new AbortController();
+    const timer =
+      call.endBy === null ? null : setTimeout(() => deadline.abort(), Math.max(0, call.endBy - clock.now()));
     try {
       const served: Served<T> = await withFallback(
         plan,
-        { cycleKeys, maxAttempts, clock, random, attempts: call.attempts },
-        attempt,
+        { cycleKeys, maxAttempts, clock, random, attempts: call.attempts, deadline: deadline.signal },
+        (deployment, keyIndex) => attempt(deployment, keyIndex, deadline.signal),
       );
       call.deployment = served.deployment;
       call.upstreamMs = clock.now() - started;
       return served.value;
     } finally {
+      if (timer !== null) clearTimeout(timer);
       // Failed attempts count now; the one that served is judged when the call ends (observeEnd), because a
       // stream that breaks after its first byte was not a success.
       // A deployment that served after one of its keys failed is healthy: that was the key's fault (and key
@@ -94,13 +104,15 @@ export class Gateway {
       if (health) {
         const attempts = call.attempts.slice(before);
         const served = attempts.find((a) => a.outcome === 'ok')?.deployment;
-        for (const a of attempts) {
+        // An attempt cut at the call's deadline is no verdict either: the deployment's own timeouts judge it.
+        const judged = attempts.filter((a) => !cutAtDeadline(a));
+        for (const a of judged) {
           if (a.outcome !== 'ok' && a.deployment !== served)
             health.record(a.deployment, a.outcome, a.ms, probes.get(a.deployment) ?? null);
         }
         // A probe whose request ended before its attempt did (the client went away) leaves no verdict.
         for (const [deployment, probe] of probes)
-          if (!attempts.some((a) => a.deployment === deployment)) health.release(deployment, probe);
+          if (!judged.some((a) => a.deployment === deployment)) health.release(deployment, probe);
       }
     }
   }

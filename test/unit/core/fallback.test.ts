@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from '#core/errors.ts';
-import { type Attempt, type FailureKind, UpstreamFailure, withFallback } from '#core/fallback.ts';
+import {
+  type Attempt,
+  cutAtDeadline,
+  type FailureKind,
+  UpstreamFailure,
+  withFallback,
+} from '#core/fallback.ts';
 import type { Deployment } from '#core/registry.ts';
 import { deployment, manualClock } from '#test/fixtures.ts';
 
@@ -104,5 +110,83 @@ describe('withFallback', () => {
     const { calls, result } = await run((d) => (d.id === 'a' ? 'unsupported' : 'ok'), { maxAttempts: 1 });
     expect(calls).toEqual(['a#0', 'b#0']);
     expect(result).toMatchObject({ deployment: b });
+  });
+});
+
+describe('withFallback at the call deadline', () => {
+  const attemptUntilAborted = (signal: AbortSignal) =>
+    new Promise<never>((_, reject) =>
+      signal.addEventListener('abort', () =>
+        reject(Object.assign(new Error('aborted'), { name: 'AbortError' })),
+      ),
+    );
+
+  const runWithDeadline = async (
+    deadline: AbortController,
+    attempt: (d: Deployment, keyIndex: number) => Promise<string>,
+  ) => {
+    const attempts: Attempt[] = [];
+    const calls: string[] = [];
+    const result = await withFallback(
+      [a, b],
+      {
+        cycleKeys: true,
+        maxAttempts: 10,
+        clock: manualClock(),
+        random: () => 0,
+        attempts,
+        deadline: deadline.signal,
+      },
+      (d, k) => {
+        calls.push(`${d.id}#${k}`);
+        return attempt(d, k);
+      },
+    ).catch((error: unknown) => error);
+    return { result, calls, attempts };
+  };
+
+  it('abandons the attempt under way, records it as cut, and starts no other', async () => {
+    const deadline = new AbortController();
+    setTimeout(() => deadline.abort(), 10);
+    const { result, calls, attempts } = await runWithDeadline(deadline, () =>
+      attemptUntilAborted(deadline.signal),
+    );
+    expect(result).toBeInstanceOf(UpstreamFaultError);
+    expect((result as Error).message).toContain('longest time a call may take');
+    expect(calls).toEqual(['a#0']);
+    expect(attempts).toMatchObject([
+      { deployment: 'a', outcome: 'timeout', detail: "cut at the call's deadline" },
+    ]);
+    expect(cutAtDeadline(attempts[0] as Attempt)).toBe(true);
+  });
+
+  it('starts nothing once the deadline has passed', async () => {
+    const deadline = new AbortController();
+    deadline.abort();
+    const { result, calls, attempts } = await runWithDeadline(deadline, async (d) => d.id);
+    expect(result).toBeInstanceOf(UpstreamFaultError);
+    expect(calls).toEqual([]);
+    expect(attempts).toEqual([]);
+  });
+
+  it("takes a failure that comes with the deadline for the deadline's, not the deployment's", async () => {
+    const deadline = new AbortController();
+    const { result, calls, attempts } = await runWithDeadline(deadline, async () => {
+      deadline.abort();
+      throw new UpstreamFailure('server_error', 'upstream status 500', { status: 500 });
+    });
+    expect(result).toBeInstanceOf(UpstreamFaultError);
+    expect(calls).toEqual(['a#0']);
+    expect(cutAtDeadline(attempts[0] as Attempt)).toBe(true);
+  });
+
+  it('leaves failures before the deadline to fallback, as without one', async () => {
+    const deadline = new AbortController();
+    const { result, attempts } = await runWithDeadline(deadline, async (d) => {
+      if (d.id === 'a') throw new UpstreamFailure('connect', 'refused');
+      return d.id;
+    });
+    expect(result).toMatchObject({ value: 'b', deployment: b });
+    expect(attempts.some(cutAtDeadline)).toBe(false);
   });
 });

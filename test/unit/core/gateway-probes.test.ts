@@ -33,7 +33,7 @@ const setup = () => {
   for (let i = 0; i < POLICY.overloadRun; i++) health.record('a', 'overloaded', 1);
   clock.advance(POLICY.cooldownMs);
   const call = () => new CallRecorder('chat.completions', 'req_test', clock);
-  return { health, gateway, resolved, call };
+  return { health, gateway, resolved, call, clock };
 };
 
 describe('Gateway and half-open probes', () => {
@@ -74,6 +74,24 @@ describe('Gateway and half-open probes', () => {
     });
     await expect(aborted).rejects.toThrow('client disconnected');
     // Without the release, the next probe would wait a whole cool-down for a verdict that never comes.
+    expect(health.state('a')).toBe('half-open');
+    expect(health.claimProbe('a')).not.toBeNull();
+  });
+
+  it("frees the probe when the call's deadline cuts its attempt: no verdict, no reopened circuit", async () => {
+    const { health, gateway, resolved, call, clock } = setup();
+    const probing = call();
+    probing.endBy = clock.now() + 10;
+    const cut = gateway.route(resolved, probing, true, (_d, _k, signal) => {
+      return new Promise<never>((_, reject) =>
+        signal.addEventListener('abort', () =>
+          reject(Object.assign(new Error('aborted'), { name: 'AbortError' })),
+        ),
+      );
+    });
+    await expect(cut).rejects.toThrow('longest time a call may take');
+    expect(probing.attempts).toMatchObject([{ deployment: 'a', outcome: 'timeout' }]);
+    // Counted as a timeout, the failed probe would have reopened the circuit for a doubled cool-down.
     expect(health.state('a')).toBe('half-open');
     expect(health.claimProbe('a')).not.toBeNull();
   });
