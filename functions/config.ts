@@ -35,6 +35,12 @@ export interface Config {
   readonly health: HealthPolicy;
   /** Minimum margin over upstream cost that published prices never fall below (0.2 = 20 %). */
   readonly priceMinMargin: number;
+  /**
+   * How long the CDN in front of the API waits for a response's first byte (its origin read timeout), ms; 0: no
+   * CDN. Set by the stacks from `cdnReadTimeoutSeconds`. A call that came through the CDN must begin its response
+   * within it: past it the CDN has answered 504 and left, and whatever the call still did would be billed unseen.
+   */
+  readonly cdnReadTimeoutMs: number;
 }
 
 export interface UpstreamConfig {
@@ -161,4 +167,5 @@ export const loadConfig = (env: Env): Config => ({
     maxCooldownMs: integer(env, 'CIRCUIT_MAX_COOLDOWN_MS', DEFAULT_HEALTH_POLICY.maxCooldownMs, 1),
   },
   priceMinMargin: fraction(env, 'PRICE_MIN_MARGIN', DEFAULT_PRICE_MIN_MARGIN, 10),
+  cdnReadTimeoutMs: integer(env, 'CDN_READ_TIMEOUT_MS', 0),
 });

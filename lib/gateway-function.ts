@@ -127,6 +127,10 @@ export class GatewayFunction extends Construct {
         ...stage.functionEnv,
         LOG_LEVEL: stage.logLevel,
         ...(stage.priceMinMargin === undefined ? {} : { PRICE_MIN_MARGIN: String(stage.priceMinMargin) }),
+        // HTTP functions stop routing a call that came through the CDN before it gives up on them (config.ts).
+        ...(definition.trigger.kind === 'http'
+          ? { CDN_READ_TIMEOUT_MS: String(stage.cdnReadTimeoutSeconds * 1000) }
+          : {}),
       },
       bundling: {
         forceDockerBundling: false,

@@ -43,6 +43,12 @@ export class CallRecorder {
    * call it killed would be neither charged nor recorded. Null: no deadline known.
    */
   endBy: number | null = null;
+  /**
+   * Epoch ms by which the response must begin, when something in front of the function stops waiting sooner
+   * than the function runs (the CDN's origin read timeout). Routing stops there; a stream, once begun, runs to
+   * `endBy`. Null: only `endBy` bounds the wait.
+   */
+  firstByteBy: number | null = null;
   #firstByteAt: number | null = null;
   #unread: (() => void) | null = null;
   #end: { outcome: Outcome; status: number; usage: Usage | null; fault: Fault | null } | null = null;

@@ -1,4 +1,4 @@
-import { EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from './errors.ts';
+import { ApiError, EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from './errors.ts';
 import type { Clock, Random } from './ports.ts';
 import type { Deployment } from './registry.ts';
 
@@ -111,7 +111,7 @@ export const withFallback = async <T>(
     const tries = options.cycleKeys ? keys : 1;
     for (let k = 0; k < tries; k++) {
       if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure);
-      if (deadline?.aborted) throw outOfTime();
+      if (deadline?.aborted) throw outOfTime(deadline);
       const keyIndex = (start + k) % keys;
       const started = clock.now();
       try {
@@ -125,7 +125,7 @@ export const withFallback = async <T>(
           const cut = record(deployment, keyIndex, 'timeout', null, clock.now() - started, CUT_DETAIL);
           cutAttempts.add(cut);
           attempts.push(cut);
-          throw outOfTime();
+          throw outOfTime(deadline);
         }
         if (!(error instanceof UpstreamFailure)) throw error;
         lastFailure = error;
@@ -149,10 +149,17 @@ const cutAttempts = new WeakSet<Attempt>();
 /** Whether an attempt was abandoned at the call's deadline: health must not count it against its deployment. */
 export const cutAtDeadline = (attempt: Attempt): boolean => cutAttempts.has(attempt);
 
-/** The call ran out of time before any upstream answered: a 500 the client may retry, charged nothing. */
-const outOfTime = (): UpstreamFaultError =>
+/**
+ * The call ran out of time before any upstream answered: a 500 the client may retry, charged nothing. The
+ * deadline's reason, when it is an API error, says which limit came (see Gateway.route).
+ */
+const outOfTime = (deadline: AbortSignal): ApiError =>
+  deadline.reason instanceof ApiError ? deadline.reason : deadlineError();
+
+/** The deadline error of a call that reached the longest time its function runs. */
+export const deadlineError = (message?: string): UpstreamFaultError =>
   new UpstreamFaultError(
-    'No upstream provider answered within the longest time a call may take. Please retry.',
+    message ?? 'No upstream provider answered within the longest time a call may take. Please retry.',
     new UpstreamFailure('timeout', "the call's deadline came before any upstream answered"),
   );
 

@@ -1,7 +1,8 @@
 import type { Admission, AdmissionRequest } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
-import { cutAtDeadline, type Served, withFallback } from './fallback.ts';
+import type { ApiError } from './errors.ts';
+import { cutAtDeadline, deadlineError, type Served, withFallback } from './fallback.ts';
 import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Clock, Random } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
@@ -20,6 +21,26 @@ export interface GatewayDeps {
   /** Deployment health of this instance; routing skips open circuits and learns from every attempt. */
   readonly health?: HealthBoard;
 }
+
+/**
+ * When routing must stop, and what the client is told then: the function's end (`endBy`), or sooner the moment
+ * the CDN in front stops waiting for the response to begin (`firstByteBy`). A client cut by the CDN's limit is
+ * told how to make a long call.
+ */
+const routeDeadline = (call: CallRecorder): { at: number | null; error: () => ApiError } => {
+  const { endBy, firstByteBy } = call;
+  if (firstByteBy !== null && (endBy === null || firstByteBy < endBy)) {
+    return {
+      at: firstByteBy,
+      error: () =>
+        deadlineError(
+          'No upstream provider answered within the time this endpoint waits for a response to begin. ' +
+            'For long calls, set "stream": true, or call the API directly rather than through the CDN.',
+        ),
+    };
+  }
+  return { at: endBy, error: () => deadlineError() };
+};
 
 /**
  * The steps every inference endpoint shares — authenticate, resolve the model, route with fallback —
@@ -84,8 +105,9 @@ export class Gateway {
     if (probes.size > 0) this.#probes.set(call, probes);
     const before = call.attempts.length;
     const deadline = new AbortController();
+    const { at, error } = routeDeadline(call);
     const timer =
-      call.endBy === null ? null : setTimeout(() => deadline.abort(), Math.max(0, call.endBy - clock.now()));
+      at === null ? null : setTimeout(() => deadline.abort(error()), Math.max(0, at - clock.now()));
     try {
       const served: Served<T> = await withFallback(
         plan,

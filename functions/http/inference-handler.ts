@@ -5,7 +5,7 @@ import type { Endpoint } from '#core/settlement.ts';
 import type { Container } from '#functions/container.ts';
 import { afterResponse } from './after-response.ts';
 import { httpHandler } from './handler.ts';
-import { type HttpEvent, type HttpResponse, type LambdaContext, requestIdOf } from './lambda.ts';
+import { type HttpEvent, type HttpResponse, header, type LambdaContext, requestIdOf } from './lambda.ts';
 
 export type InferenceFn = (
   event: HttpEvent,
@@ -23,6 +23,7 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
       const c = container();
       const call = new CallRecorder(endpoint, requestIdOf(context), c.clock);
       call.endBy = Date.now() + context.getRemainingTimeInMillis() - SETTLE_MARGIN_MS;
+      call.firstByteBy = cdnFirstByteBy(event, c.config.cdnReadTimeoutMs);
       afterResponse(context, () => settle(c, call));
       try {
         const response = await fn(event, call, c);
@@ -51,6 +52,19 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
 
 /** Time kept at the end of an invocation to end a stream and send its settlement record. */
 const SETTLE_MARGIN_MS = 10_000;
+
+/**
+ * When a call that came through the CDN must begin its response. CloudFront gives up on an origin after its read
+ * timeout and answers the client 504 (which SDKs retry); a call that went on would be served, and billed, to no one.
+ * CloudFront marks every origin request with `x-amz-cf-id` (a client that sets it itself only shortens its own
+ * wait). Its clock starts before ours (API Gateway, a cold start): a few seconds are kept for that.
+ */
+const cdnFirstByteBy = (event: HttpEvent, cdnReadTimeoutMs: number): number | null => {
+  if (cdnReadTimeoutMs <= 0 || header(event, 'x-amz-cf-id') === undefined) return null;
+  return Date.now() + Math.max(cdnReadTimeoutMs / 2, cdnReadTimeoutMs - CDN_MARGIN_MS);
+};
+
+const CDN_MARGIN_MS = 3_000;
 
 /** Which deployment served the call, after how many upstream calls (ARCHITECTURE.md §8). */
 const servedBy = (call: CallRecorder): Record<string, string> =>

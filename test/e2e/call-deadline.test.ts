@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { FaultSpec } from '#sim/faults.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 import {
   drainSettlements,
@@ -12,15 +13,30 @@ import {
  * A call's upstream attempts, each within its own timeout, can add up past the end of the function's invocation
  * (6 × 180 s against chat's 900 s). Lambda kills an invocation there: the client would get no OpenAI answer and
  * the call no settlement. The gateway stops routing at the call's deadline instead — the function's timeout
- * less the 10 s kept to answer and settle. Here the functions time out after 11 s, so calls have 1 s; the
- * test stack gives a non-stream upstream 3 s to answer and a stream 1.5 s for its first event.
+ * less the 10 s kept to answer and settle. Here the functions time out after 12 s, so calls have 2 s, and an
+ * upstream has 5 s to answer (a stream: to send its first event).
+ *
+ * Through the CDN the wait is shorter: CloudFront answers 504 once its origin read timeout passes without a
+ * first byte. Here it is 1 s, which leaves calls that come through it (`x-amz-cf-id`) 0.5 s to begin.
  */
 let t: TestStack;
 beforeAll(async () => {
   t = await startTestStack({
-    functionEnv: NO_CIRCUIT_BREAKING,
-    functionTimeoutsMs: { 'chat-completions': 11_000, embeddings: 11_000 },
+    functionEnv: {
+      ...NO_CIRCUIT_BREAKING,
+      UPSTREAM_COMPLETION_TIMEOUT_MS: '5000',
+      UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS: '5000',
+      CDN_READ_TIMEOUT_MS: '1000',
+    },
+    functionTimeoutsMs: { 'chat-completions': 12_000, embeddings: 12_000 },
   });
+});
+
+/** Headers of a request as CloudFront forwards it to the API. */
+const THROUGH_CDN = () => ({
+  authorization: `Bearer ${t.apiKey}`,
+  'content-type': 'application/json',
+  'x-amz-cf-id': 'Kx8pE2b9vJ1qWmN3aZrT5yUoL7cH4dG6fS0eR_iQhPwVbXnM==',
 });
 afterAll(() => t?.stop());
 beforeEach(() => drainSettlements(t.stack));
@@ -36,20 +52,20 @@ const chat = (extra: Record<string, unknown> = {}) => ({
 });
 
 /** Every simulated deployment answers too late for the call's deadline, though within its own timeouts. */
-const slowEverywhere = (fault: { latencyMs?: number; firstByteDelayMs?: number }) => {
+const slowEverywhere = (fault: FaultSpec) => {
   for (const id of ['sim-a', 'sim-b']) t.simulator.setFaults(id, fault);
 };
 
 describe("a call at its function's deadline", () => {
   it.each([
-    ['a non-stream chat call', '/chat/completions', chat(), { latencyMs: 2_500 }],
+    ['a non-stream chat call', '/chat/completions', chat(), { latencyMs: 4_000 }],
     [
       'a stream before its first event',
       '/chat/completions',
       chat({ stream: true }),
-      { firstByteDelayMs: 3_000 },
+      { firstByteDelayMs: 4_000 },
     ],
-    ['an embeddings call', '/embeddings', { model: 'svc-embed', input: 'hello' }, { latencyMs: 2_500 }],
+    ['an embeddings call', '/embeddings', { model: 'svc-embed', input: 'hello' }, { latencyMs: 4_000 }],
   ])(
     '%s: abandons the attempt under way, tries no other, answers 500 and settles uncharged',
     async (_, path, payload, fault) => {
@@ -62,8 +78,8 @@ describe("a call at its function's deadline", () => {
       expect(schemaErrors('ErrorResponse', error)).toBe('');
       expect(error.error.type).toBe('server_error');
       expect(error.error.message).toContain('longest time a call may take');
-      // Cut at 1 s: before the attempt would have ended (2.5 s; a stream's first-event timeout at 1.5 s).
-      expect(elapsed).toBeLessThan(2_400);
+      // Cut at 2 s, before the attempt would have ended (4 s).
+      expect(elapsed).toBeLessThan(3_500);
       const [record] = await takeSettlements(t.stack, 1);
       expect(record).toMatchObject({
         outcome: 'upstream_error',
@@ -87,5 +103,41 @@ describe("a call at its function's deadline", () => {
     const [record] = await takeSettlements(t.stack, 1);
     expect(record).toMatchObject({ outcome: 'success' });
     expect(record?.cost).toBeGreaterThan(0);
+  });
+
+  it('through the CDN: stops before the CDN gives up, and says how to make a long call', async () => {
+    slowEverywhere({ latencyMs: 4_000 });
+    const started = Date.now();
+    const res = await t.post('/chat/completions', chat(), THROUGH_CDN());
+    const elapsed = Date.now() - started;
+    expect(res.status).toBe(500);
+    const error = (await res.json()) as { error: { type: string; message: string } };
+    expect(schemaErrors('ErrorResponse', error)).toBe('');
+    expect(error.error.message).toContain('"stream": true');
+    // Cut at 0.5 s, long before the function's own deadline (2 s).
+    expect(elapsed).toBeLessThan(1_500);
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'upstream_error', status: 500, cost: 0 });
+    expect(record?.attempts).toMatchObject([{ outcome: 'timeout', detail: "cut at the call's deadline" }]);
+  });
+
+  it('through the CDN: lets a stream that has begun run past that wait', async () => {
+    // First event at once, then a dozen 90 ms apart: about 1 s, past the CDN's 0.5 s, within the 2 s.
+    slowEverywhere({ chunkDelayMs: 90 });
+    const res = await t.post(
+      '/chat/completions',
+      chat({
+        stream: true,
+        max_tokens: 8,
+        messages: [{ role: 'user', content: 'hi [[sim: completion_tokens=8]]' }],
+      }),
+      THROUGH_CDN(),
+    );
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'success' });
+    expect(record?.timings.totalMs).toBeGreaterThan(500);
   });
 });

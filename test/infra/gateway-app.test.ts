@@ -552,5 +552,14 @@ describe('the CDK app', () => {
     expect(api.OriginRequestPolicyId).toBe('b689b0a8-53d0-40ab-baf2-68738e2966ac'); // AllViewerExceptHostHeader
     expect(api.ViewerProtocolPolicy).toBe('https-only');
     expect(behavior('/usage.json').TargetOriginId).toBe(config.DefaultCacheBehavior.TargetOriginId);
+
+    // The HTTP functions know how long CloudFront waits for them, to end a call before it answers 504 itself.
+    const readTimeoutSeconds = origin(api.TargetOriginId).CustomOriginConfig.OriginReadTimeout as number;
+    expect(readTimeoutSeconds).toBe(60);
+    for (const name of Object.keys(rows)) {
+      const variables = functionOf(name).properties.Environment.Variables as Record<string, Json>;
+      const http = (rows[name] as FunctionDefinition).trigger.kind === 'http';
+      expect(variables.CDN_READ_TIMEOUT_MS, name).toBe(http ? String(readTimeoutSeconds * 1000) : undefined);
+    }
   });
 });
