@@ -42,7 +42,11 @@ export const createHandler = (container: () => Container) =>
           failure ??= error;
         }
       }
-      if (failure !== null) throw failure;
+      // A fresh error per message: fault tagging sets `uow` on the thrown object, and a store error shared by several
+      // messages (one failed SDK promise that every waiting call rejects with) would carry only the last message
+      // tagged — the others would be acknowledged unsettled.
+      if (failure !== null)
+        throw new Error(`settlement of message ${unit.record.messageId} failed`, { cause: failure });
     };
     await toPromise(
       _<Unit>(event.Records.map((record) => ({ record })))

@@ -231,6 +231,38 @@ describe('exactly-once settlement over SQS', () => {
     ).toHaveLength(2);
   });
 
+  it('reports every failed message when their settlements fail with one and the same error, in parallel', async () => {
+    await drainSettlements(t.stack);
+    for (let i = 0; i < 4; i++) await chat(t);
+    const records = await takeSettlements(t.stack, 4);
+    const failing = new Set(records.slice(0, 3).map((r) => r.id));
+    // One rejected SDK promise (credentials, an endpoint lookup) rejects every call waiting on it with one object.
+    const shared = new Error('store unreachable');
+    const real = t.stack.container;
+    const container = {
+      ...real,
+      config: { ...real.config, settlementParallelism: 4 },
+      accounting: {
+        ...real.accounting,
+        settle: async (plan: Parameters<typeof real.accounting.settle>[0]) => {
+          await new Promise((resolve) => setTimeout(resolve, 5));
+          if (failing.has(plan.settlementId)) throw shared;
+          return real.accounting.settle(plan);
+        },
+      },
+    } as Container;
+    const event = sqsEvent(
+      t.stack.resources.settlementQueueArn,
+      records.map((r, i) => ({ body: JSON.stringify(r), messageId: `m-${i}` })),
+    );
+    const result = await createHandler(() => container)(
+      event,
+      invocationContext('settlement', 30_000) as Context,
+    );
+    // Acknowledging one of them would delete it unsettled: its call would never be charged.
+    expect(result.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(['m-0', 'm-1', 'm-2']);
+  });
+
   it('fails a shared message with a bad entry, after settling the good records beside it', async () => {
     await drainSettlements(t.stack);
     await chat(t);
