@@ -73,6 +73,19 @@ export const settlementRecordSchema = z.object({
 });
 
 /**
+ * A record as a queue message's text. SQS accepts only XML's characters: JSON.stringify escapes the controls and
+ * lone surrogates, but not U+FFFE and U+FFFF, which a record can carry from what a caller sent (a 404's message
+ * names the model id asked for) — SQS would refuse the whole message, and with it every record sharing it. They
+ * are escaped here; parsing reads them back unchanged.
+ */
+export const encodeSettlementRecord = (record: SettlementRecord): string =>
+  JSON.stringify(record).replace(NON_XML_CHARACTERS, escapeCharacter);
+
+const NON_XML_CHARACTERS = /[\uFFFE\uFFFF]/g;
+const escapeCharacter = (character: string): string =>
+  `\\u${character.charCodeAt(0).toString(16).padStart(4, '0')}`;
+
+/**
  * One queue message carries one record (a JSON object) or several that shared it (a JSON array of them): a
  * sender serving many invocations at once packs what it has into as few messages as it can (SqsSettlementSink),
  * which divides SQS's per-message work — and its bill — by the number of records per message.

@@ -5,7 +5,11 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { SettlementSink } from '#core/ports.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
-import { encodeSettlementMessage, settlementMessageLength } from './settlement-codec.ts';
+import {
+  encodeSettlementMessage,
+  encodeSettlementRecord,
+  settlementMessageLength,
+} from './settlement-codec.ts';
 
 export interface SqsSettlementSinkOptions {
   /**
@@ -62,7 +66,7 @@ export class SqsSettlementSink implements SettlementSink {
   }
 
   send(record: SettlementRecord): Promise<void> {
-    const body = JSON.stringify(record);
+    const body = encodeSettlementRecord(record);
     return new Promise((resolve, reject) => {
       this.#enqueue({ record, body, bytes: Buffer.byteLength(body), attempts: 0, resolve, reject });
     });

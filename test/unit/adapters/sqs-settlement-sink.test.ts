@@ -55,6 +55,25 @@ describe('SqsSettlementSink', () => {
     expect(bodies).toEqual(['{"id":"solo"}']);
   });
 
+  it('sends only characters SQS accepts, whatever a record carries, and they read back unchanged', async () => {
+    const bodies: string[] = [];
+    const client = {
+      send: async (command: SendMessageBatchCommand) => {
+        for (const e of command.input.Entries ?? []) bodies.push(e.MessageBody ?? '');
+        return { Failed: [], $metadata: {} };
+      },
+    } as unknown as SQSClient;
+    // What a caller can put in a record: a 404 names the model id it asked for. Controls, a lone surrogate, and
+    // U+FFFE/U+FFFF, which JSON.stringify leaves as they are and SQS refuses.
+    const detail = "The model 'x\uFFFE\uFFFF\u0000\u0008\uD800y😀' does not exist";
+    const sent = { id: 'odd', fault: { detail } } as unknown as SettlementRecord;
+    await new SqsSettlementSink(client, 'q', { lingerMs: 0 }).send(sent);
+    const [body] = bodies as [string];
+    // SQS: #x9 | #xA | #xD | #x20–#xD7FF | #xE000–#xFFFD | #x10000–#x10FFFF.
+    expect(body).toMatch(/^[\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]*$/u);
+    expect((JSON.parse(body) as { fault: { detail: string } }).fault.detail).toBe(detail);
+  });
+
   it('keeps messages within 64 KiB and calls within 10 messages and 256 KiB', async () => {
     const { client, calls } = fakeClient();
     const sink = new SqsSettlementSink(client, 'q', { lingerMs: 0 });
