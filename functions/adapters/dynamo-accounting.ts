@@ -225,6 +225,7 @@ export class DynamoAccounting implements AccountingStore {
   async settle(plan: SettlementPlan): Promise<SettleOutcome> {
     let holdPresent = plan.hold !== null;
     let seenAvailable: number | null = null;
+    let shortfalls = 0;
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
       const released = holdPresent && plan.hold ? plan.hold.amount : 0;
       const { charge, owed } =
@@ -362,7 +363,11 @@ export class DynamoAccounting implements AccountingStore {
           continue;
         }
         if (roles.includes('wallet') && failed(reasonOf('wallet'))) {
-          seenAvailable = walletOf(reasonOf('wallet')?.Item).available;
+          // A busy account's available amount can drop between any read and the next write, every time: from the
+          // third miss the settlement takes nothing from it — the hold pays what it can, the rest is owed — which
+          // needs no condition, so it commits instead of failing its way to the dead-letter queue.
+          shortfalls++;
+          seenAvailable = shortfalls >= 3 ? 0 : walletOf(reasonOf('wallet')?.Item).available;
           continue;
         }
         throw error;
@@ -372,8 +377,9 @@ export class DynamoAccounting implements AccountingStore {
   }
 
   /**
-   * The wallet side of a settlement. With a known shortfall (`seenAvailable`), it pays everything available and
-   * adds the rest to `owed`, on condition that `available` is still what was seen.
+   * The wallet side of a settlement. With a known shortfall (`seenAvailable`), it pays what was seen available
+   * and adds the rest to `owed`, on condition that at least that much is still available (more only leaves more
+   * behind). Paying nothing from it (`seenAvailable` 0) needs no condition at all: `available` does not move.
    */
   #walletSettlement(
     account: string,
@@ -390,18 +396,19 @@ export class DynamoAccounting implements AccountingStore {
     let update =
       'SET balance = if_not_exists(balance, :zero) - :charge, available = if_not_exists(available, :zero) + :delta';
     let condition: string | undefined;
-    if (seenAvailable === null) {
+    if (owed === 0) {
       // Paying more than the hold draws on `available`, which must cover the difference.
       if (charge > released) {
         values[':need'] = N(charge - released);
         condition = 'available >= :need';
       }
     } else {
-      values[':seen'] = N(seenAvailable);
       values[':owed'] = N(owed);
       update += ', owed = if_not_exists(owed, :zero) + :owed';
-      condition =
-        seenAvailable === 0 ? '(attribute_not_exists(available) OR available = :seen)' : 'available = :seen';
+      if (seenAvailable !== null && seenAvailable > 0) {
+        values[':seen'] = N(seenAvailable);
+        condition = 'available >= :seen';
+      }
     }
     return {
       Update: {

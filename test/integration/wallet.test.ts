@@ -1,5 +1,6 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
+import { DynamoAccounting, TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
 import { BalanceCeilingError, MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { Admission } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
@@ -245,6 +246,38 @@ describe('admission and settlement', () => {
     expect(check.report).toMatchObject({ balance: usdToNano(1.5), available: usdToNano(1.5), owed: 0 });
     expect(check.report.ledger.map((e) => e.kind)).toEqual(['credit', 'debit', 'credit', 'arrears']);
     expect(check.balanceMatchesLedger).toBe(true);
+  });
+
+  it('settles a shortfall on a busy account, whose available amount drops before every attempt', async () => {
+    const id = await newAccount(2);
+    await admit(id, 'big', usdToNano(1));
+    // Another call of the account takes a hold just before each of the settlement's transactions is sent.
+    const busy = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
+    let others = 0;
+    busy.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'TransactWriteItemsCommand')
+          await admit(id, `busy-${id}-${others++}`, usdToNano(0.01));
+        return next(args);
+      },
+      { step: 'initialize', name: 'busyAccount' },
+    );
+    const settling = new DynamoAccounting(busy, h.resources.tables, async () => {});
+    try {
+      // 2.5 USD against a 1 USD hold: 1.5 more than the hold, and never that much available.
+      await expect(
+        settling.settle(planSettlement(settled(id, 'big', { cost: usdToNano(2.5), hold: usdToNano(1) }))),
+      ).resolves.toBe('settled');
+    } finally {
+      busy.destroy();
+    }
+    const check = await h.invariants(id);
+    expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
+    const debit = check.report.ledger.find((e) => e.kind === 'debit' && e.reference === 'big');
+    // Nothing lost: what was not paid is owed.
+    expect((debit?.amount ?? 0) + (debit?.owed ?? 0)).toBe(usdToNano(2.5));
+    expect(check.report.owed).toBe(debit?.owed);
+    expect(check.report.holds.some((hold) => hold.requestId === 'big')).toBe(false);
   });
 
   it('corrects the token buckets by what the estimate got wrong', async () => {
