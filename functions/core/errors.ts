@@ -72,7 +72,9 @@ export class ModelNotFoundError extends ApiError {
   readonly status = 404;
   readonly type = 'invalid_request_error';
   constructor(model: string, reason = 'does not exist') {
-    super(`The model \`${model}\` ${reason}.`, 'model_not_found', { param: 'model' });
+    // The id is the caller's: cut short, so an absurd one does not come back (and into the record) whole.
+    const shown = model.length <= 256 ? model : `${model.slice(0, 256)}…`;
+    super(`The model \`${shown}\` ${reason}.`, 'model_not_found', { param: 'model' });
   }
 }
 

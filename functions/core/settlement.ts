@@ -89,12 +89,20 @@ export interface SettlementRecord {
 }
 
 /** Outcome and fault for a request that ended in an error response. */
+/**
+ * A fault's detail is an error's message, which can echo what the caller sent: bounded, so that no request can
+ * make its settlement record too large for the queue (the record is its call's only trace).
+ */
+const boundedDetail = (detail: string): string =>
+  detail.length <= MAX_DETAIL ? detail : `${detail.slice(0, MAX_DETAIL)}…`;
+const MAX_DETAIL = 1_000;
+
 export const classifyError = (error: unknown): { outcome: Outcome; status: number; fault: Fault } => {
   if (!(error instanceof ApiError)) {
     return {
       outcome: 'internal_error',
       status: 500,
-      fault: { kind: 'internal', status: 500, detail: describe(error) },
+      fault: { kind: 'internal', status: 500, detail: boundedDetail(describe(error)) },
     };
   }
   const outcome = outcomeForStatus(error);
@@ -104,7 +112,11 @@ export const classifyError = (error: unknown): { outcome: Outcome; status: numbe
       : error.status >= 500 || error.code === 'engine_overloaded'
         ? upstreamKind(error)
         : 'client';
-  return { outcome, status: error.status, fault: { kind, status: error.status, detail: error.message } };
+  return {
+    outcome,
+    status: error.status,
+    fault: { kind, status: error.status, detail: boundedDetail(error.message) },
+  };
 };
 
 const outcomeForStatus = (error: ApiError): Outcome => {

@@ -93,12 +93,47 @@ export const jsonBody = (event: HttpEvent, limitBytes: number): unknown => {
   }
   if (text.trim() === '')
     throw new InvalidRequestError('The request body is empty; expected a JSON object.', 'invalid_json');
+  let body: unknown;
   try {
-    return JSON.parse(text);
+    body = JSON.parse(text);
   } catch {
     throw new InvalidRequestError(
       'We could not parse the JSON body of your request. Check that it is valid JSON.',
       'invalid_json',
     );
   }
+  if (nestedDeeperThan(body, MAX_JSON_DEPTH)) {
+    throw new InvalidRequestError(
+      `The request body nests objects and arrays more than ${MAX_JSON_DEPTH} levels deep.`,
+      'invalid_value',
+    );
+  }
+  return body;
+};
+
+/**
+ * Deepest nesting of objects and arrays a body may have. JSON.parse takes any depth, but the work after it does
+ * not: serializing a tool's parameters or a response schema thousands of levels deep (the prompt estimate, the
+ * upstream body) overflows the stack — a 500 before admission, so outside every limit, counted as a platform
+ * fault. OpenAI allows a handful of levels in a schema; no real request comes near this.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** Whether `value` nests objects or arrays more than `limit` deep, walked without recursion. */
+const nestedDeeperThan = (value: unknown, limit: number): boolean => {
+  if (value === null || typeof value !== 'object') return false;
+  const pending: object[] = [value];
+  const depths: number[] = [1];
+  while (pending.length > 0) {
+    const node = pending.pop() as object;
+    const depth = depths.pop() as number;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(node) ? node : Object.values(node)) {
+      if (child !== null && typeof child === 'object') {
+        pending.push(child);
+        depths.push(depth + 1);
+      }
+    }
+  }
+  return false;
 };

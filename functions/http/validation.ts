@@ -20,17 +20,17 @@ const invalidRequest = (error: z.ZodError): InvalidRequestError => {
   const issue = error.issues[0];
   if (!issue) return new InvalidRequestError('Invalid request body.', 'invalid_value');
   if (issue.code === 'unrecognized_keys') {
-    const keys = issue.keys;
-    const first = paramName([...issue.path, keys[0] ?? '']);
+    const keys = listed(issue.keys);
+    const first = paramName([...issue.path, shortened(issue.keys[0] ?? '')]);
     if (issue.path.length === 0) {
       return new InvalidRequestError(
-        `Unrecognized request argument supplied: ${keys.join(', ')}. This endpoint accepts only documented parameters.`,
+        `Unrecognized request argument supplied: ${keys}. This endpoint accepts only documented parameters.`,
         'unsupported_parameter',
         { param: first },
       );
     }
     return new InvalidRequestError(
-      `Unrecognized field in ${paramName(issue.path)}: ${keys.join(', ')}.`,
+      `Unrecognized field in ${paramName(issue.path)}: ${keys}.`,
       'unsupported_parameter',
       {
         param: first,
@@ -71,6 +71,18 @@ const invalidRequest = (error: z.ZodError): InvalidRequestError => {
     },
   );
 };
+
+/**
+ * Names the caller sent, as an error lists them: the first few, each cut short. A body of 150,000 made-up
+ * parameter names would otherwise come back as a 3 MB message — and go into the call's settlement record and log.
+ */
+const listed = (keys: readonly string[]): string =>
+  keys.length <= LISTED_KEYS
+    ? keys.map(shortened).join(', ')
+    : `${keys.slice(0, LISTED_KEYS).map(shortened).join(', ')} and ${keys.length - LISTED_KEYS} more`;
+
+const LISTED_KEYS = 10;
+const shortened = (name: string): string => (name.length <= 64 ? name : `${name.slice(0, 64)}…`);
 
 /** zod's names of the JSON types, as OpenAI's errors say them. */
 const EXPECTED: Readonly<Record<string, string>> = {
