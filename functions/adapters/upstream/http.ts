@@ -160,6 +160,31 @@ const errorCode = (error: unknown): string | undefined => {
   return undefined;
 };
 
+/** What an error's `type`, `code` and `param` look like; anything else is dropped. */
+const NAME = /^[\w.[\]-]{1,64}$/;
+
+/**
+ * An upstream's error message, fit to reach our client: a refusal of the request itself (a 400: context too long,
+ * a bad schema) is passed on, because it tells the client what to change — but the text is the upstream's, and a
+ * verbose or misconfigured one can put in it what must not leave us: the key it was sent, an internal address, a
+ * file path. Those are masked and the text is cut short.
+ */
+export const clientSafe = (message: string): string => {
+  const masked = message
+    .replace(/\b(Bearer|Basic)\s+[^\s"',;]+/gi, '$1 [redacted]')
+    .replace(/\b(?:sk|pk|rk|org|proj|key|sess|api)[-_][\w-]{6,}/gi, '[redacted]')
+    .replace(
+      /\b((?:api[-_]?)?key|token|secret|password|authorization)(["']?\s*[=:]\s*["']?)[^\s"',;]+/gi,
+      '$1$2[redacted]',
+    )
+    .replace(/\b[a-z][\w+.-]*:\/\/[^\s"'<>]+/gi, '[url]')
+    .replace(/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, '[address]')
+    .replace(/(?:\/[\w.@-]+){2,}/g, '[path]');
+  return masked.length <= MAX_RELAYED_MESSAGE ? masked : `${masked.slice(0, MAX_RELAYED_MESSAGE)}…`;
+};
+
+const MAX_RELAYED_MESSAGE = 500;
+
 /** Largest error body read from an upstream; enough for any real error object. */
 const MAX_ERROR_BODY = 64 * 1024;
 
@@ -172,7 +197,8 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
   const upstreamError = await readErrorBody(response);
   let kind: FailureKind;
   if (status === 429) kind = upstreamError?.code === 'engine_overloaded' ? 'overloaded' : 'rate_limited';
-  else if (status === 401 || status === 403) kind = 'auth';
+  // 402: our account with the provider cannot pay — like a bad key, the deployment's fault, not the request's.
+  else if (status === 401 || status === 402 || status === 403) kind = 'auth';
   else if (status >= 500 || status === 404 || status === 408 || status === 409) kind = 'server_error';
   else if (status >= 400) kind = 'rejected';
   else kind = 'protocol';
@@ -202,12 +228,12 @@ export const readErrorBody = async (response: UpstreamResponse): Promise<Upstrea
     }
     const error = (JSON.parse(text) as { error?: Record<string, unknown> }).error;
     if (!error || typeof error.message !== 'string') return null;
-    const str = (v: unknown) => (typeof v === 'string' ? v : null);
+    const name = (v: unknown) => (typeof v === 'string' && NAME.test(v) ? v : null);
     return {
-      message: error.message.slice(0, 2000),
-      type: str(error.type),
-      code: str(error.code),
-      param: str(error.param),
+      message: clientSafe(error.message),
+      type: name(error.type),
+      code: name(error.code),
+      param: name(error.param),
     };
   } catch {
     return null;

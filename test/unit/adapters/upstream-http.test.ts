@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { UpstreamHttp } from '#adapters/upstream/http.ts';
+import { statusFailure, UpstreamHttp } from '#adapters/upstream/http.ts';
 import { readAll, readJsonObject } from '#adapters/upstream/openai-http.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 
@@ -97,5 +97,63 @@ describe('UpstreamHttp.postWhole', () => {
     const started = Date.now();
     await expect(post('/slow', 1024, { signal: late.signal })).rejects.toMatchObject({ name: 'AbortError' });
     expect(Date.now() - started).toBeLessThan(1_500); // not the upstream's 2 s
+  });
+});
+
+describe('statusFailure: what an upstream error tells routing and the client', () => {
+  /** A response with this status and JSON body, as undici hands it over. */
+  const response = (statusCode: number, body: unknown) => {
+    const bytes = Buffer.from(JSON.stringify(body));
+    return {
+      statusCode,
+      headers: {},
+      body: Object.assign(
+        (async function* () {
+          yield bytes;
+        })(),
+        { destroy: () => {} },
+      ),
+    } as unknown as Parameters<typeof statusFailure>[0];
+  };
+
+  it('passes on a refusal of the request itself, which tells the client what to change', async () => {
+    const message =
+      "This model's maximum context length is 128000 tokens. Please reduce the length of the messages.";
+    const failure = await statusFailure(
+      response(400, {
+        error: { message, type: 'invalid_request_error', code: 'context_length_exceeded', param: 'messages' },
+      }),
+    );
+    expect(failure.kind).toBe('rejected');
+    expect(failure.upstreamError).toEqual({
+      message,
+      type: 'invalid_request_error',
+      code: 'context_length_exceeded',
+      param: 'messages',
+    });
+  });
+
+  it('masks keys, addresses and paths a verbose upstream puts in its message, and cuts it short', async () => {
+    const failure = await statusFailure(
+      response(422, {
+        error: {
+          message: `bad header authorization=Bearer sk-UPSTREAMSECRET0123456789 from http://10.0.3.7:8000/v1 in /srv/vllm/serving_chat.py; api_key=abc123456789 ${'x'.repeat(2_000)}`,
+          code: 'x'.repeat(5_000),
+          param: 'a\r\nb',
+        },
+      }),
+    );
+    const relayed = failure.upstreamError;
+    expect(relayed?.message).not.toMatch(/UPSTREAMSECRET|10\.0\.3\.7|\/srv\/vllm|abc123456789/);
+    expect(relayed?.message.length).toBeLessThanOrEqual(501);
+    expect(relayed?.code).toBeNull();
+    expect(relayed?.param).toBeNull();
+  });
+
+  it("takes a 402 for our provider account's fault, which another key or deployment may not have", async () => {
+    const failure = await statusFailure(
+      response(402, { error: { message: 'org-SECRETORG has insufficient credits (balance $0.42)' } }),
+    );
+    expect(failure.kind).toBe('auth');
   });
 });
