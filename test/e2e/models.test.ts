@@ -118,6 +118,17 @@ describe('GET /v1/models (openai SDK)', () => {
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
   });
 
+  it('reads trailing slashes as none, and a run of slashes inside the path as part of the id', async () => {
+    const get = (path: string) =>
+      fetch(`${t.baseURL}${path}`, { headers: { authorization: `Bearer ${t.apiKey}` } });
+    expect((await get('/models///')).status).toBe(200);
+    expect((await get('/models/famA-v4.1-flash//')).status).toBe(200);
+    // Once a quadratic regex's worst case (~0.3 s of one instance's time each); now a plain 404.
+    const res = await get(`/models/${'/'.repeat(16_000)}x`);
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
+  });
+
   it('answers 404 model_not_found for an unknown id', async () => {
     const error = await t
       .openai()
