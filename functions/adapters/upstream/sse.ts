@@ -6,15 +6,34 @@ import { transportFailure } from './http.ts';
  * the blank line that ends it has arrived. Comments (`: keep-alive`) and data-less events are skipped.
  * Events are split on the raw text rather than line by line: the common single-line `data: …` event
  * costs one `indexOf` and one `slice`.
+ *
+ * Each chunk is searched from where the text before it ended, and an event may not grow past
+ * `maxEventLength` characters (a protocol fault): an upstream that never ends an event would otherwise have
+ * every chunk rescan and re-copy all it had sent, holding its instance for a minute per 100 MB.
  */
-export async function* sseData(body: AsyncIterable<Uint8Array>): AsyncGenerator<string, void, undefined> {
+export async function* sseData(
+  body: AsyncIterable<Uint8Array>,
+  maxEventLength = MAX_EVENT_LENGTH,
+): AsyncGenerator<string, void, undefined> {
   const decoder = new TextDecoder();
   let pending = '';
+  // A chunk ending in `\r` may be the first half of a `\r\n`: it waits for the next chunk.
+  let carry = '';
   for await (const chunk of body) {
-    pending += decoder.decode(chunk, { stream: true });
-    if (pending.includes('\r')) pending = pending.replace(/\r\n?/g, '\n');
+    let text = carry + decoder.decode(chunk, { stream: true });
+    carry = '';
+    if (text.includes('\r')) {
+      if (text.endsWith('\r')) {
+        carry = '\r';
+        text = text.slice(0, -1);
+      }
+      text = text.replace(/\r\n?/g, '\n');
+    }
+    // The text before this chunk held no blank line: one can only end in the new text (or just before it).
+    const from = Math.max(0, pending.length - 1);
+    pending += text;
     let start = 0;
-    let end = pending.indexOf('\n\n', start);
+    let end = pending.indexOf('\n\n', from);
     while (end !== -1) {
       const data = eventData(pending.slice(start, end));
       if (data !== null) yield data;
@@ -22,11 +41,17 @@ export async function* sseData(body: AsyncIterable<Uint8Array>): AsyncGenerator<
       end = pending.indexOf('\n\n', start);
     }
     pending = pending.slice(start);
+    if (pending.length > maxEventLength) {
+      throw new UpstreamFailure('protocol', `upstream event longer than ${maxEventLength} characters`);
+    }
   }
-  pending += decoder.decode();
+  pending += (carry + decoder.decode()).replace(/\r\n?/g, '\n');
   const last = pending.trim() === '' ? null : eventData(pending);
   if (last !== null) yield last;
 }
+
+/** Longest event accepted: far beyond any real chunk (a large tool-call delta is kilobytes). */
+const MAX_EVENT_LENGTH = 8 * 1024 * 1024;
 
 const eventData = (event: string): string | null => {
   if (event.startsWith('data: ') && !event.includes('\n', 6)) return event.slice(6);

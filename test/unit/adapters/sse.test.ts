@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { sseData } from '#adapters/upstream/sse.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
 import { frame } from '#http/sse.ts';
 
 const collect = async (chunks: string[]): Promise<string[]> => {
@@ -36,6 +37,43 @@ describe('sseData', () => {
 
   it('yields a final event that ends without a blank line', async () => {
     expect(await collect(['data: last'])).toEqual(['last']);
+  });
+
+  it('reads a CRLF split between chunks as one line end, wherever the chunks break', async () => {
+    const text = 'data: one\r\n\r\ndata: two\r\n\r\n: c\r\n\r\ndata: three\r\n\r\n';
+    for (let at = 1; at < text.length; at++) {
+      expect(await collect([text.slice(0, at), text.slice(at)]), `split at ${at}`).toEqual([
+        'one',
+        'two',
+        'three',
+      ]);
+    }
+    expect(await collect(['data: end\r'])).toEqual(['end']);
+  });
+
+  it('fails as a protocol fault when an event grows past its limit without ending', async () => {
+    async function* endless() {
+      yield new TextEncoder().encode('data: ');
+      for (let i = 0; i < 100; i++) yield new TextEncoder().encode('x'.repeat(1024));
+    }
+    const out: string[] = [];
+    const reading = (async () => {
+      for await (const data of sseData(endless(), 16 * 1024)) out.push(data);
+    })();
+    await expect(reading).rejects.toBeInstanceOf(UpstreamFailure);
+    await expect(reading).rejects.toMatchObject({ kind: 'protocol' });
+    expect(out).toEqual([]);
+  });
+
+  it('still takes events up to the limit, however they are chunked', async () => {
+    const big = 'y'.repeat(10_000);
+    const chunks = `data: ${big}\n\ndata: after\n\n`.match(/[\s\S]{1,700}/g) ?? [];
+    async function* source() {
+      for (const chunk of chunks) yield new TextEncoder().encode(chunk);
+    }
+    const out: string[] = [];
+    for await (const data of sseData(source(), 16 * 1024)) out.push(data);
+    expect(out).toEqual([big, 'after']);
   });
 });
 
