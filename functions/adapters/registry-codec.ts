@@ -48,7 +48,12 @@ export const deploymentSchema = z.strictObject({
     const parsed = new URL(url);
     return parsed.username === '' && parsed.password === '' && parsed.search === '' && parsed.hash === '';
   }, 'no credentials, query or fragment in a base URL (upstream keys go in keyRefs)'),
-  upstreamModel: z.string().min(1),
+  // Sent upstream in a JSON body and shown in a response header (x-svc-served-model): no control characters.
+  upstreamModel: z
+    .string()
+    .min(1)
+    .max(256)
+    .regex(/^\P{Cc}+$/u, 'no control characters (line breaks, tabs) in an upstream model name'),
   keyRefs: z
     .array(
       z.string().regex(/^(env|secretsmanager):.+$/, 'secret references are env:NAME or secretsmanager:ID'),

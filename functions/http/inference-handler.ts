@@ -71,10 +71,26 @@ const servedBy = (call: CallRecorder): Record<string, string> =>
   call.deployment
     ? {
         'x-svc-provider': call.deployment.provider,
-        'x-svc-served-model': call.deployment.upstreamModel,
+        'x-svc-served-model': headerValue(call.deployment.upstreamModel),
         'x-svc-attempts': String(countUpstreamCalls(call.attempts)),
       }
     : {};
+
+/**
+ * A header value from registry text: visible ASCII as it is, anything else percent-encoded as UTF-8. A header the
+ * runtime refuses fails the response after the upstream has served (and been paid) — no answer, no settlement.
+ */
+export const headerValue = (text: string): string => {
+  if (/^[\x20-\x7e]*$/.test(text)) return text;
+  let encoded = '';
+  for (const byte of Buffer.from(text, 'utf8')) {
+    encoded +=
+      byte > 0x20 && byte < 0x7f && byte !== 0x25
+        ? String.fromCharCode(byte)
+        : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return encoded;
+};
 
 const settle = async (c: Container, call: CallRecorder): Promise<void> => {
   call.closeUnread();

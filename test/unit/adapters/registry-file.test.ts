@@ -122,6 +122,22 @@ describe('registry file', () => {
     ]);
   });
 
+  it('takes upstream model names as providers spell them, but no control characters', () => {
+    const input = file(4);
+    const names = [
+      'meta-llama/Llama-3.1-8B-Instruct',
+      'anthropic.claude-v2:1',
+      '模型-7b',
+      'm\r\nset-cookie: a=1',
+    ];
+    names.forEach((name, i) => {
+      (input.deployments[i] as Record<string, unknown>).upstreamModel = name;
+    });
+    expect(issues(input)).toEqual([
+      'deployments[3].upstreamModel: no control characters (line breaks, tabs) in an upstream model name',
+    ]);
+  });
+
   it('refuses a deployment of an unknown model', () => {
     const input = file(3);
     (input.deployments[2] as Record<string, unknown>).model = 'famZ';
