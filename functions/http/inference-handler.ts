@@ -57,11 +57,17 @@ const SETTLE_MARGIN_MS = 10_000;
  * When a call that came through the CDN must begin its response. CloudFront gives up on an origin after its read
  * timeout and answers the client 504 (which SDKs retry); a call that went on would be served, and billed, to no one.
  * CloudFront marks every origin request with `x-amz-cf-id` (a client that sets it itself only shortens its own
- * wait). Its clock starts before ours (API Gateway, a cold start): a few seconds are kept for that.
+ * wait). Its clock starts before ours: counted from when API Gateway received the request (`timeEpoch`, so a cold
+ * start is inside it), with a few seconds kept for CloudFront's leg and our answer's way back.
  */
-const cdnFirstByteBy = (event: HttpEvent, cdnReadTimeoutMs: number): number | null => {
+export const cdnFirstByteBy = (event: HttpEvent, cdnReadTimeoutMs: number): number | null => {
   if (cdnReadTimeoutMs <= 0 || header(event, 'x-amz-cf-id') === undefined) return null;
-  return Date.now() + Math.max(cdnReadTimeoutMs / 2, cdnReadTimeoutMs - CDN_MARGIN_MS);
+  const now = Date.now();
+  const received = event.requestContext?.timeEpoch;
+  // Never later than now (a clock ahead of ours), nor earlier than the wait itself (a value that makes no sense).
+  const start =
+    typeof received === 'number' && received <= now && received > now - cdnReadTimeoutMs ? received : now;
+  return start + Math.max(cdnReadTimeoutMs / 2, cdnReadTimeoutMs - CDN_MARGIN_MS);
 };
 
 const CDN_MARGIN_MS = 3_000;
