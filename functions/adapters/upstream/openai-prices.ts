@@ -30,11 +30,26 @@ export class OpenAiCompatiblePrices implements PriceSource {
       signal: target.signal ?? AbortSignal.timeout(TIMEOUT_MS),
     });
     if (!response.ok) throw new Error(`price list: upstream answered ${response.status}`);
-    const length = Number(response.headers.get('content-length') ?? 0);
-    if (length > MAX_BODY_BYTES) throw new Error('price list: response too large');
-    return parsePriceList(await response.json());
+    return parsePriceList(JSON.parse(await boundedText(response, MAX_BODY_BYTES)));
   }
 }
+
+/** The body as text, refused past `limit` bytes — a chunked reply states no length to check first. */
+const boundedText = async (response: Response, limit: number): Promise<string> => {
+  if (Number(response.headers.get('content-length') ?? 0) > limit) {
+    await response.body?.cancel();
+    throw new Error('price list: response too large');
+  }
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of response.body ?? []) {
+    size += chunk.length;
+    // Leaving the loop by a throw cancels the body.
+    if (size > limit) throw new Error('price list: response too large');
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size).toString('utf8');
+};
 
 const number = (value: unknown): number | undefined => {
   const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
