@@ -7,48 +7,65 @@ import { transportFailure } from './http.ts';
  * Events are split on the raw text rather than line by line: the common single-line `data: …` event
  * costs one `indexOf` and one `slice`.
  *
- * Each chunk is searched from where the text before it ended, and an event may not grow past
- * `maxEventLength` characters (a protocol fault): an upstream that never ends an event would otherwise have
- * every chunk rescan and re-copy all it had sent, holding its instance for a minute per 100 MB.
+ * Only each new chunk is searched (and the join with the text before it), an unfinished event is kept in
+ * pieces until it ends, and it may not grow past `maxEventLength` characters (a protocol fault): an upstream that
+ * never ends an event would otherwise have every chunk rescan and re-copy all it had sent — a minute of its
+ * instance per 100 MB.
  */
 export async function* sseData(
   body: AsyncIterable<Uint8Array>,
   maxEventLength = MAX_EVENT_LENGTH,
 ): AsyncGenerator<string, void, undefined> {
   const decoder = new TextDecoder();
-  let pending = '';
-  // A chunk ending in `\r` may be the first half of a `\r\n`: it waits for the next chunk.
-  let carry = '';
+  // The unfinished event: its pieces, joined only once the event ends (appending to one string would have V8
+  // copy it whole at every chunk), and their length.
+  let pieces: string[] = [];
+  let pendingLength = 0;
+  // Whether the last piece ended a line with a bare `\r` whose `\n` may open the next chunk (one line end).
+  let skipLf = false;
   for await (const chunk of body) {
-    let text = carry + decoder.decode(chunk, { stream: true });
-    carry = '';
+    let text = decoder.decode(chunk, { stream: true });
+    if (skipLf && text.charCodeAt(0) === 10) text = text.slice(1);
+    if (text.length === 0) continue;
+    skipLf = false;
     if (text.includes('\r')) {
-      if (text.endsWith('\r')) {
-        carry = '\r';
-        text = text.slice(0, -1);
-      }
+      skipLf = text.endsWith('\r');
       text = text.replace(/\r\n?/g, '\n');
     }
-    // The text before this chunk held no blank line: one can only end in the new text (or just before it).
-    const from = Math.max(0, pending.length - 1);
-    pending += text;
+    // A blank line can only end in the new text, or across the join with the piece before it.
+    const joinsBlank = pendingLength > 0 && text.charCodeAt(0) === 10 && endsWithLf(pieces);
+    if (!joinsBlank && text.indexOf('\n\n') === -1) {
+      pieces.push(text);
+      pendingLength += text.length;
+      if (pendingLength > maxEventLength) throw tooLong(maxEventLength);
+      continue;
+    }
+    const pending = pieces.length === 0 ? text : pieces.join('') + text;
     let start = 0;
-    let end = pending.indexOf('\n\n', from);
+    let end = pending.indexOf('\n\n', Math.max(0, pendingLength - 1));
     while (end !== -1) {
       const data = eventData(pending.slice(start, end));
       if (data !== null) yield data;
       start = end + 2;
       end = pending.indexOf('\n\n', start);
     }
-    pending = pending.slice(start);
-    if (pending.length > maxEventLength) {
-      throw new UpstreamFailure('protocol', `upstream event longer than ${maxEventLength} characters`);
-    }
+    const rest = pending.slice(start);
+    pieces = rest === '' ? [] : [rest];
+    pendingLength = rest.length;
+    if (pendingLength > maxEventLength) throw tooLong(maxEventLength);
   }
-  pending += (carry + decoder.decode()).replace(/\r\n?/g, '\n');
+  const pending = pieces.join('') + decoder.decode().replace(/\r\n?/g, '\n');
   const last = pending.trim() === '' ? null : eventData(pending);
   if (last !== null) yield last;
 }
+
+const endsWithLf = (pieces: readonly string[]): boolean => {
+  const last = pieces.at(-1);
+  return last !== undefined && last.charCodeAt(last.length - 1) === 10;
+};
+
+const tooLong = (limit: number): UpstreamFailure =>
+  new UpstreamFailure('protocol', `upstream event longer than ${limit} characters`);
 
 /** Longest event accepted: far beyond any real chunk (a large tool-call delta is kilobytes). */
 const MAX_EVENT_LENGTH = 8 * 1024 * 1024;

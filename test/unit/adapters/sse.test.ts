@@ -51,6 +51,28 @@ describe('sseData', () => {
     expect(await collect(['data: end\r'])).toEqual(['end']);
   });
 
+  it('yields an event that ends in bare CRs at once, without waiting for the next chunk', async () => {
+    async function* thenBroken() {
+      yield new TextEncoder().encode('data: one\r\r');
+      throw new Error('connection lost');
+    }
+    const out: string[] = [];
+    const reading = (async () => {
+      for await (const data of sseData(thenBroken())) out.push(data);
+    })();
+    await expect(reading).rejects.toThrow('connection lost');
+    expect(out).toEqual(['one']);
+  });
+
+  it('splits events the same however the stream is chunked, byte by byte included', async () => {
+    const text = 'data: a\n\n: c\r\n\r\ndata: b1\ndata: b2\r\rdata: c\r\n\r\n\n\ndata: d\n\n';
+    const expected = ['a', 'b1\nb2', 'c', 'd'];
+    expect(await collect([text])).toEqual(expected);
+    expect(await collect([...text])).toEqual(expected);
+    for (let size = 2; size < 9; size++)
+      expect(await collect(text.match(new RegExp(`[\\s\\S]{1,${size}}`, 'g')) ?? [])).toEqual(expected);
+  });
+
   it('fails as a protocol fault when an event grows past its limit without ending', async () => {
     async function* endless() {
       yield new TextEncoder().encode('data: ');
