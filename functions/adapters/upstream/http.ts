@@ -170,16 +170,20 @@ const NAME = /^[\w.[\]-]{1,64}$/;
  * file path. Those are masked and the text is cut short.
  */
 export const clientSafe = (message: string): string => {
+  // Cut first (every rule below is linear, but a 64 KiB message need not be read whole), then again after.
   const masked = message
+    .slice(0, 4 * MAX_RELAYED_MESSAGE)
     .replace(/\b(Bearer|Basic)\s+[^\s"',;]+/gi, '$1 [redacted]')
-    .replace(/\b(?:sk|pk|rk|org|proj|key|sess|api)[-_][\w-]{6,}/gi, '[redacted]')
-    .replace(
-      /\b((?:api[-_]?)?key|token|secret|password|authorization)(["']?\s*[=:]\s*["']?)[^\s"',;]+/gi,
-      '$1$2[redacted]',
-    )
-    .replace(/\b[a-z][\w+.-]*:\/\/[^\s"'<>]+/gi, '[url]')
+    // Providers' key formats (OpenAI, Anthropic, Groq, xAI, Hugging Face, Google, NVIDIA, …) …
+    .replace(/\b(?:sk|gsk|xai|hf|nvapi|pk|rk|sess)[-_][\w-]{16,}|\bAIza[\w-]{30,}/g, '[redacted]')
+    // … and any long run of letters and digits that has both: a key or token in another format.
+    .replace(/\b(?=[\w-]{32,})(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[\w-]{32,}\b/g, '[redacted]')
+    .replace(/\b(api[-_]?key|token|secret|password)(["']?\s*[=:]\s*["']?)[^\s"',;]{8,}/gi, '$1$2[redacted]')
+    .replace(/\b[a-z][\w+.-]{0,15}:\/\/[^\s"'<>]+/gi, '[url]')
     .replace(/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, '[address]')
-    .replace(/(?:\/[\w.@-]+){2,}/g, '[path]');
+    .replace(/\b[a-z][\w-]{0,62}(?:\.[\w-]{1,63}){1,8}:\d{2,5}\b/gi, '[address]')
+    // File paths: from a root, three segments or more (not a JSON pointer's `#/properties/x`).
+    .replace(/(?<![\w#/.])(?:\/[\w.@-]+){3,}/g, '[path]');
   return masked.length <= MAX_RELAYED_MESSAGE ? masked : `${masked.slice(0, MAX_RELAYED_MESSAGE)}…`;
 };
 

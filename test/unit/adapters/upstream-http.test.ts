@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { statusFailure, UpstreamHttp } from '#adapters/upstream/http.ts';
+import { clientSafe, statusFailure, UpstreamHttp } from '#adapters/upstream/http.ts';
 import { readAll, readJsonObject } from '#adapters/upstream/openai-http.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 
@@ -148,6 +148,32 @@ describe('statusFailure: what an upstream error tells routing and the client', (
     expect(relayed?.message.length).toBeLessThanOrEqual(501);
     expect(relayed?.code).toBeNull();
     expect(relayed?.param).toBeNull();
+  });
+
+  it('leaves what tells the client which field to fix: schema and tool names, JSON pointers, dates', () => {
+    for (const message of [
+      "Invalid schema for response_format 'summary': In context=('properties', 'key_takeaways'), 'additionalProperties' is required to be supplied and to be false.",
+      "Invalid schema for function 'call_api': In context=('properties', 'api_endpoint'), 'format' is not permitted.",
+      "Invalid schema: #/properties/order/items/properties/sku: 'pattern' is not supported",
+      'Invalid date 2024/01/15 in field start_date; expected an object with key: type',
+    ])
+      expect(clientSafe(message)).toBe(message);
+  });
+
+  it('masks the key formats of the common providers, and long mixed tokens of any other', () => {
+    for (const key of [
+      'gsk_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd',
+      'xai-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789',
+      'hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345',
+      'AIzaSyA-1234567890abcdefghijklmnopqrstu',
+      'nvapi-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789',
+      'sk-ant-api03-ABCDEFGHIJKLMNOPQRSTUVWXYZ',
+      '0123456789abcdef0123456789abcdef',
+    ])
+      expect(clientSafe(`the key ${key} is not allowed`)).toBe('the key [redacted] is not allowed');
+    expect(clientSafe('host internal-llm.prod.svc.cluster.local:8000 refused')).toBe(
+      'host [address] refused',
+    );
   });
 
   it("takes a 402 for our provider account's fault, which another key or deployment may not have", async () => {
