@@ -268,7 +268,14 @@ export class DynamoAccounting implements AccountingStore {
           });
         }
         if (released > 0 || charge > 0 || owed > 0)
-          add('wallet', this.#walletSettlement(account, released, charge, owed, seenAvailable));
+          add(
+            'wallet',
+            this.#walletSettlement(account, released, charge, owed, {
+              seen: seenAvailable,
+              need: plan.cost - released,
+              forced: shortfalls >= 3,
+            }),
+          );
         if (paid) {
           add('marker', {
             Put: {
@@ -348,6 +355,8 @@ export class DynamoAccounting implements AccountingStore {
 
       try {
         await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
+        // Best effort, after the fact: the settlement stands whatever happens here (the next top-up collects).
+        if (owed > 0 && plan.accountId) await this.#collectOwed(plan.accountId, plan).catch(() => {});
         return 'settled';
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
@@ -363,9 +372,10 @@ export class DynamoAccounting implements AccountingStore {
           continue;
         }
         if (roles.includes('wallet') && failed(reasonOf('wallet'))) {
-          // A busy account's available amount can drop between any read and the next write, every time: from the
+          // A busy account's available amount can move between any read and the next write, every time: from the
           // third miss the settlement takes nothing from it — the hold pays what it can, the rest is owed — which
-          // needs no condition, so it commits instead of failing its way to the dead-letter queue.
+          // needs no condition, so it commits instead of failing its way to the dead-letter queue (and what is
+          // owed is then collected from what is available, #collectOwed).
           shortfalls++;
           seenAvailable = shortfalls >= 3 ? 0 : walletOf(reasonOf('wallet')?.Item).available;
           continue;
@@ -377,16 +387,17 @@ export class DynamoAccounting implements AccountingStore {
   }
 
   /**
-   * The wallet side of a settlement. With a known shortfall (`seenAvailable`), it pays what was seen available
-   * and adds the rest to `owed`, on condition that at least that much is still available (more only leaves more
-   * behind). Paying nothing from it (`seenAvailable` 0) needs no condition at all: `available` does not move.
+   * The wallet side of a settlement. With a shortfall seen (`seen`: what was available when the whole cost was
+   * not), it pays what was seen and adds the rest to `owed`, on condition that at least that much is still
+   * available — and still not the whole need: money that arrived since means the next attempt pays in full.
+   * A `forced` shortfall pays nothing from `available`, which then does not move: no condition at all.
    */
   #walletSettlement(
     account: string,
     released: number,
     charge: number,
     owed: number,
-    seenAvailable: number | null,
+    shortfall: { readonly seen: number | null; readonly need: number; readonly forced: boolean },
   ): TransactWriteItem {
     const values: Record<string, AttributeValue> = {
       ':zero': N(0),
@@ -405,9 +416,13 @@ export class DynamoAccounting implements AccountingStore {
     } else {
       values[':owed'] = N(owed);
       update += ', owed = if_not_exists(owed, :zero) + :owed';
-      if (seenAvailable !== null && seenAvailable > 0) {
-        values[':seen'] = N(seenAvailable);
-        condition = 'available >= :seen';
+      if (!shortfall.forced) {
+        values[':need'] = N(shortfall.need);
+        const stillShort = '(attribute_not_exists(available) OR available < :need)';
+        if (shortfall.seen !== null && shortfall.seen > 0) {
+          values[':seen'] = N(shortfall.seen);
+          condition = `available >= :seen AND available < :need`;
+        } else condition = stillShort;
       }
     }
     return {
@@ -420,6 +435,56 @@ export class DynamoAccounting implements AccountingStore {
         ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       },
     };
+  }
+
+  /**
+   * After a settlement left part of its cost owed (the wallet could not pay it then), takes what is owed from what
+   * is available now, as far as it goes: money that arrived meanwhile (a released hold, a top-up) pays the debt
+   * at once rather than being spent on new calls until the next top-up. Best effort: what it cannot take now, the
+   * next top-up collects.
+   */
+  async #collectOwed(accountId: string, plan: SettlementPlan): Promise<void> {
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const wallet = await this.wallet(accountId);
+      const amount = Math.min(wallet.owed, wallet.available);
+      if (amount <= 0) return;
+      try {
+        await this.#client.send(
+          new TransactWriteItemsCommand({
+            TransactItems: [
+              {
+                Update: {
+                  TableName: this.#tables.wallet,
+                  Key: walletKey(accountId),
+                  UpdateExpression:
+                    'SET balance = balance - :amount, available = available - :amount, owed = owed - :amount',
+                  ConditionExpression: 'available >= :amount AND owed >= :amount',
+                  ExpressionAttributeValues: { ':amount': N(amount) },
+                },
+              },
+              {
+                Put: {
+                  TableName: this.#tables.wallet,
+                  Item: {
+                    pk: S(accountKey(accountId)),
+                    sk: S(ledgerSk(plan.receivedAt, `${plan.settlementId}#collected#${attempt}`)),
+                    kind: S('arrears'),
+                    amount: N(amount),
+                    owed: N(0),
+                    reference: S(plan.requestId),
+                    at: N(plan.receivedAt),
+                  },
+                  ConditionExpression: 'attribute_not_exists(pk)',
+                },
+              },
+            ],
+          }),
+        );
+        return;
+      } catch (error) {
+        if (!(error instanceof TransactionCanceledException)) throw error;
+      }
+    }
   }
 
   /**

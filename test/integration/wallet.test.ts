@@ -274,11 +274,61 @@ describe('admission and settlement', () => {
     const check = await h.invariants(id);
     expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
     const debit = check.report.ledger.find((e) => e.kind === 'debit' && e.reference === 'big');
-    // Nothing lost: what was not paid is owed.
+    // Nothing lost: what was not paid is owed (less what was collected from the wallet since).
     expect((debit?.amount ?? 0) + (debit?.owed ?? 0)).toBe(usdToNano(2.5));
-    expect(check.report.owed).toBe(debit?.owed);
+    const collected = check.report.ledger
+      .filter((e) => e.kind === 'arrears' && e.reference === 'big')
+      .reduce((sum, e) => sum + e.amount, 0);
+    expect(check.report.owed).toBe((debit?.owed ?? 0) - collected);
     expect(check.report.holds.some((hold) => hold.requestId === 'big')).toBe(false);
   });
+
+  it.each([
+    [
+      'a top-up',
+      (id: string) =>
+        h.accounting.topUp({
+          accountId: id,
+          amount: usdToNano(5),
+          reference: `mid-${id}`,
+          at: h.clock.now(),
+        }),
+    ],
+    [
+      "another call's settlement releasing its hold",
+      (id: string) =>
+        h.accounting.settle(planSettlement(settled(id, `other-${id}`, { cost: 0, hold: usdToNano(0.8) }))),
+    ],
+  ])(
+    'pays a shortfall in full when %s refills the wallet between its attempts: nothing owed',
+    async (_, refill) => {
+      const id = await newAccount(2);
+      await admit(id, `other-${id}`, usdToNano(0.8));
+      await admit(id, 'short', usdToNano(1));
+      // 1.5 USD against a 1 USD hold and 0.2 available: short when first tried; refilled before the second try.
+      let transactions = 0;
+      const refilling = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
+      refilling.middlewareStack.add(
+        (next, context) => async (args) => {
+          if (context.commandName === 'TransactWriteItemsCommand' && transactions++ === 1) await refill(id);
+          return next(args);
+        },
+        { step: 'initialize', name: 'refill' },
+      );
+      try {
+        await new DynamoAccounting(refilling, h.resources.tables, async () => {}).settle(
+          planSettlement(settled(id, 'short', { cost: usdToNano(1.5), hold: usdToNano(1) })),
+        );
+      } finally {
+        refilling.destroy();
+      }
+      const check = await h.invariants(id);
+      expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
+      expect(check.report.owed).toBe(0);
+      const debit = check.report.ledger.find((e) => e.kind === 'debit' && e.reference === 'short');
+      expect(debit).toMatchObject({ amount: usdToNano(1.5), owed: 0 });
+    },
+  );
 
   it('corrects the token buckets by what the estimate got wrong', async () => {
     const id = await newAccount(1);
