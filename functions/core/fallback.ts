@@ -119,7 +119,8 @@ export const withFallback = async <T>(
         attempts.push(record(deployment, keyIndex, 'ok', null, clock.now() - started, null));
         return { value, deployment };
       } catch (error) {
-        if (deadline?.aborted) {
+        // A refusal of the request itself stays what it is (a 400), deadline or not.
+        if (deadline?.aborted && !(error instanceof UpstreamFailure && error.kind === 'rejected')) {
           // Whatever the attempt threw, it was cut by the deadline (or failed just as it came): not a verdict on
           // the deployment, whose own timeouts judge its speed.
           const cut = record(deployment, keyIndex, 'timeout', null, clock.now() - started, CUT_DETAIL);

@@ -106,8 +106,9 @@ export class Gateway {
     const before = call.attempts.length;
     const deadline = new AbortController();
     const { at, error } = routeDeadline(call);
+    // `at` is wall-clock time (Date.now() based, as Lambda's remaining time is), and so is the delay.
     const timer =
-      at === null ? null : setTimeout(() => deadline.abort(error()), Math.max(0, at - clock.now()));
+      at === null ? null : setTimeout(() => deadline.abort(error()), Math.max(0, at - Date.now()));
     try {
       const served: Served<T> = await withFallback(
         plan,

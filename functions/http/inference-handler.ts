@@ -64,13 +64,16 @@ export const cdnFirstByteBy = (event: HttpEvent, cdnReadTimeoutMs: number): numb
   if (cdnReadTimeoutMs <= 0 || header(event, 'x-amz-cf-id') === undefined) return null;
   const now = Date.now();
   const received = event.requestContext?.timeEpoch;
-  // Never later than now (a clock ahead of ours), nor earlier than the wait itself (a value that makes no sense).
+  // Never later than now (a clock ahead of ours). A receipt older than the wait means CloudFront has given up
+  // already: the deadline is past. Older than any function runs, it makes no sense and is ignored.
   const start =
-    typeof received === 'number' && received <= now && received > now - cdnReadTimeoutMs ? received : now;
+    typeof received === 'number' && received <= now && received > now - MAX_FUNCTION_MS ? received : now;
   return start + Math.max(cdnReadTimeoutMs / 2, cdnReadTimeoutMs - CDN_MARGIN_MS);
 };
 
 const CDN_MARGIN_MS = 3_000;
+/** Lambda's longest timeout. */
+const MAX_FUNCTION_MS = 15 * 60_000;
 
 /** Which deployment served the call, after how many upstream calls (ARCHITECTURE.md §8). */
 const servedBy = (call: CallRecorder): Record<string, string> =>

@@ -180,6 +180,18 @@ describe('withFallback at the call deadline', () => {
     expect(cutAtDeadline(attempts[0] as Attempt)).toBe(true);
   });
 
+  it('keeps a refusal of the request itself a 400, though the deadline came with it', async () => {
+    const deadline = new AbortController();
+    const { result } = await runWithDeadline(deadline, async () => {
+      deadline.abort();
+      throw new UpstreamFailure('rejected', 'upstream status 400', {
+        status: 400,
+        upstreamError: { message: 'bad schema', type: 'invalid_request_error', code: null, param: null },
+      });
+    });
+    expect(result).toBeInstanceOf(InvalidRequestError);
+  });
+
   it('leaves failures before the deadline to fallback, as without one', async () => {
     const deadline = new AbortController();
     const { result, attempts } = await runWithDeadline(deadline, async (d) => {

@@ -39,8 +39,14 @@ describe('cdnFirstByteBy: when a call that came through CloudFront must begin it
     expect(cdnFirstByteBy(event(CF, received), 60_000)).toBe(received + 57_000);
   });
 
+  it('is past already when the request waited longer than CloudFront does', () => {
+    const received = Date.now() - 70_000;
+    expect(cdnFirstByteBy(event(CF, received), 60_000)).toBe(received + 57_000);
+  });
+
   it('counts from now when the receipt time makes no sense, and keeps half of a short wait', () => {
     const before = Date.now();
+    expect(cdnFirstByteBy(event(CF, before - 3_600_000), 60_000)).toBeGreaterThanOrEqual(before + 57_000);
     const ahead = cdnFirstByteBy(event(CF, before + 3_600_000), 60_000) as number;
     expect(ahead).toBeGreaterThanOrEqual(before + 57_000);
     expect(ahead).toBeLessThan(before + 58_000);
