@@ -135,6 +135,9 @@ export interface DrainResult {
   readonly unfinished: number;
 }
 
+/** How long a request (headers and body) may take to arrive: a 4 MiB upload on a slow line, with room. */
+const REQUEST_TIMEOUT_MS = 120_000;
+
 /** After the grace period, how long cut requests get to record their hang-up and send their settlement. */
 const CUT_SETTLE_MS = 2_000;
 
@@ -143,27 +146,39 @@ export const createInstanceServer = (
   routes: readonly Route[],
   site: Pick<SiteReader, 'handles' | 'serve'>,
   onError: (error: unknown) => void,
+  options: { readonly requestTimeoutMs?: number; readonly checkIntervalMs?: number } = {},
 ): InstanceServer => {
   let served = 0;
   let draining = false;
   const running = new Set<Promise<void>>();
-  const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
-    served++;
-    // A request that arrives on a kept-alive connection while draining is served, and its connection closed.
-    if (draining) res.shouldKeepAlive = false;
-    const work = (site.handles(req) ? site.serve(req, res) : serve(routes, req, res)).catch(
-      (error: unknown) => {
-        onError(error);
-        if (!res.headersSent) res.writeHead(500).end();
-        else res.destroy();
-      },
-    );
-    running.add(work);
-    void work.finally(() => {
-      running.delete(work);
-      if (draining) server.closeIdleConnections();
-    });
-  });
+  // A request must arrive whole within REQUEST_TIMEOUT_MS: its body is buffered (up to Lambda's 6 MB) before
+  // anything authenticates it, and a sender that trickles it would otherwise hold that memory for ever.
+  const server = createServer(
+    {
+      keepAliveTimeout: 65_000,
+      requestTimeout: options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
+      ...(options.checkIntervalMs === undefined
+        ? {}
+        : { connectionsCheckingInterval: options.checkIntervalMs }),
+    },
+    (req, res) => {
+      served++;
+      // A request that arrives on a kept-alive connection while draining is served, and its connection closed.
+      if (draining) res.shouldKeepAlive = false;
+      const work = (site.handles(req) ? site.serve(req, res) : serve(routes, req, res)).catch(
+        (error: unknown) => {
+          onError(error);
+          if (!res.headersSent) res.writeHead(500).end();
+          else res.destroy();
+        },
+      );
+      running.add(work);
+      void work.finally(() => {
+        running.delete(work);
+        if (draining) server.closeIdleConnections();
+      });
+    },
+  );
   /** Waits until no request runs (including ones that arrive meanwhile) or the deadline passes. */
   const settle = async (deadline: number) => {
     while (running.size > 0 && Date.now() < deadline) {
