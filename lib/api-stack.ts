@@ -22,8 +22,8 @@ export interface ApiStackProps extends StackProps {
 }
 
 /** OpenAI's error shape (ARCHITECTURE.md §8) for the errors API Gateway answers itself. */
-const openAiError = (type: string, message: string) =>
-  `{"error":{"message":${message},"type":"${type}","param":null,"code":null}}`;
+const openAiError = (type: string, message: string, code: string | null = null) =>
+  `{"error":{"message":${message},"type":"${type}","param":null,"code":${code === null ? 'null' : `"${code}"`}}}`;
 
 /**
  * The HTTP functions, each reachable two ways, both streaming: its own Function URL (`RESPONSE_STREAM`, auth
@@ -55,9 +55,12 @@ export class ApiStack extends Stack {
       type: ResponseType.MISSING_AUTHENTICATION_TOKEN,
       statusCode: '404',
       templates: {
+        // The path is the client's text and the template inserts it unescaped: a `"` or `\` in it would break the
+        // JSON. The method is one of API Gateway's own words.
         'application/json': openAiError(
           'invalid_request_error',
-          '"Invalid URL ($context.httpMethod $context.path)"',
+          '"Unknown request URL: no route for $context.httpMethod on this path."',
+          'unknown_url',
         ),
       },
     });

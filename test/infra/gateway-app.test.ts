@@ -12,6 +12,7 @@ import { type FunctionDefinition, functions, timeoutOf } from '#lib/functions.ts
 import { ENTRY_METADATA } from '#lib/gateway-function.ts';
 import { buckets, physicalName, queues, tables } from '#lib/resources.ts';
 import { DEFAULT_SCHEDULES } from '#lib/stage.ts';
+import { schemaErrors } from '#test/openapi-schemas.ts';
 
 /**
  * The whole app, synthesized once by the real CLI (`cdk synth`, as `npm run synth` does) with no AWS
@@ -438,6 +439,25 @@ describe('the CDK app', () => {
       }
     }
     expect(methods.map((m) => m.route).sort()).toEqual(expected.sort());
+  });
+
+  it("answers API Gateway's own errors OpenAI-shaped, as valid JSON whatever path the client sent", () => {
+    const responses = all('AWS::ApiGateway::GatewayResponse');
+    expect(responses.map((r) => r.properties.ResponseType).sort()).toEqual([
+      'DEFAULT_4XX',
+      'DEFAULT_5XX',
+      'MISSING_AUTHENTICATION_TOKEN',
+    ]);
+    for (const response of responses) {
+      const template = response.properties.ResponseTemplates['application/json'] as string;
+      // What API Gateway substitutes: its own words, a quoted message, and the client's path, unescaped.
+      const rendered = template
+        .replaceAll('$context.httpMethod', 'POST')
+        .replaceAll('$context.error.messageString', '"Missing Authentication Token"')
+        .replaceAll('$context.path', '/v1/a"b\\c');
+      const body = JSON.parse(rendered) as { error: Record<string, unknown> };
+      expect(schemaErrors('ErrorResponse', body), response.properties.ResponseType).toBe('');
+    }
   });
 
   it('consumes the settlement queue with partial batch failures, within its visibility timeout, redriving to the DLQ after 5 receives', () => {
