@@ -49,7 +49,9 @@ export interface ChatRequest {
   tool_choice?: string | Record<string, unknown> | undefined;
   seed?: number | undefined;
   n?: number | undefined;
-  stream_options?: { include_usage?: boolean | undefined } | undefined;
+  stream_options?:
+    | { include_usage?: boolean | undefined; include_obfuscation?: boolean | undefined }
+    | undefined;
 }
 
 /** Spec §4: temperature defaults to 0.7 when the client leaves it out. */
@@ -200,7 +202,8 @@ export const upstreamChatBody = (prepared: PreparedChat, deployment: Deployment)
     max_tokens: prepared.maxTokens,
     temperature: request.temperature ?? DEFAULT_TEMPERATURE,
   };
-  if (prepared.stream) body.stream_options = { ...request.stream_options, include_usage: true };
+  // Only include_usage goes upstream (forced: usage is what we bill); nothing else of the client's options is ours to pass.
+  if (prepared.stream) body.stream_options = { include_usage: true };
   if (prepared.model.flags.reasoning && deployment.reasoningParams)
     Object.assign(body, deployment.reasoningParams);
   if (deployment.completionCapParam === 'max_completion_tokens') {

@@ -55,17 +55,21 @@ const message = z.discriminatedUnion(
     z
       .strictObject({
         role: z.literal('assistant'),
-        content: z.union([z.string(), z.array(textPart)]).nullish(),
+        content: z.union([z.string(), z.array(textPart).min(1)]).nullish(),
         name,
         tool_calls: z.array(toolCall).min(1).optional(),
         refusal: z.string().nullish(),
         // Part of every assistant message a chat completion returns, so clients echo it back in history.
         annotations: z.array(z.unknown()).optional(),
+        // OpenAI's schema has them, nullable; as null they say nothing, and go no further (see below).
+        function_call: z.null().optional(),
+        audio: z.null().optional(),
       })
       .refine((m) => (m.content !== null && m.content !== undefined) || m.tool_calls !== undefined, {
         message: 'an assistant message needs content or tool_calls',
         path: ['content'],
-      }),
+      })
+      .transform(({ function_call: _, audio: __, ...m }) => m),
     z.strictObject({ role: z.literal('tool'), content: textContent, tool_call_id: z.string().min(1) }),
   ],
   { error: 'role must be one of system, user, assistant, tool' },
@@ -113,8 +117,8 @@ const between = (min: number, max: number) =>
     .min(min)
     .max(max);
 
-/** Most choices one request may ask for; each multiplies the completion's worst-case cost. */
-export const MAX_CHOICES = 8;
+/** Most choices one request may ask for (OpenAI's bound); each multiplies the completion's worst-case cost. */
+export const MAX_CHOICES = 128;
 
 export const chatRequestSchema = z.strictObject({
   model: z.string({ error: 'must be a model id string' }).min(1),
@@ -137,18 +141,27 @@ export const chatRequestSchema = z.strictObject({
     .max(128)
     .optional(),
   tool_choice: toolChoice.optional(),
-  seed: z.int({ error: 'must be an integer' }).optional(),
+  // OpenAI's seed is an int64: beyond 2^53 JSON numbers lose digits, but they are still integers.
+  seed: z.number({ error: 'must be an integer' }).refine(Number.isInteger, 'must be an integer').optional(),
   n: z
     .int({ error: `must be an integer between 1 and ${MAX_CHOICES}` })
     .min(1)
     .max(MAX_CHOICES)
     .optional(),
-  stream_options: z.strictObject({ include_usage: z.boolean().optional() }).optional(),
+  stream_options: z
+    .strictObject({
+      include_usage: z.boolean().optional(),
+      // We add no obfuscation field to stream chunks; the option is accepted and has nothing to turn off.
+      include_obfuscation: z.boolean().optional(),
+    })
+    .optional(),
 });
+
+const CHAT_PARAMETERS: ReadonlySet<string> = new Set(Object.keys(chatRequestSchema.shape));
 
 /** Validates a parsed JSON body (top-level nulls mean "not given"). */
 export const parseChatRequest = (body: unknown): ChatRequest => {
-  const request = parseWith(chatRequestSchema, withoutNulls(body)) as ChatRequest;
+  const request = parseWith(chatRequestSchema, withoutNulls(body, CHAT_PARAMETERS)) as ChatRequest;
   // OpenAI refuses this combination, in these words; passed on, it would be refused or ignored depending on
   // which upstream serves the call.
   if (request.stream_options !== undefined && request.stream !== true) {

@@ -33,4 +33,6 @@ export const embeddingsRequestSchema = z.strictObject({
 });
 
 export const parseEmbeddingsRequest = (body: unknown): EmbeddingsRequest =>
-  parseWith(embeddingsRequestSchema, withoutNulls(body)) as EmbeddingsRequest;
+  parseWith(embeddingsRequestSchema, withoutNulls(body, EMBEDDINGS_PARAMETERS)) as EmbeddingsRequest;
+
+const EMBEDDINGS_PARAMETERS: ReadonlySet<string> = new Set(Object.keys(embeddingsRequestSchema.shape));

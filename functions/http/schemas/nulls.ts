@@ -1,8 +1,9 @@
 /**
- * `null` for an optional parameter means "not given" in OpenAI's API (SDKs send it), so top-level nulls are
- * dropped before a schema's whitelist and type checks.
+ * `null` for an optional parameter means "not given" in OpenAI's API (SDKs send it), so top-level nulls of the
+ * parameters a schema knows are dropped before its whitelist and type checks. A parameter outside the whitelist
+ * is refused whatever its value, `null` included (`"thinking": null` is still `thinking`).
  */
-export const withoutNulls = (body: unknown): unknown =>
+export const withoutNulls = (body: unknown, known: ReadonlySet<string>): unknown =>
   body !== null && typeof body === 'object' && !Array.isArray(body)
-    ? Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null))
+    ? Object.fromEntries(Object.entries(body).filter(([k, v]) => v !== null || !known.has(k)))
     : body;

@@ -23,7 +23,12 @@ export const speechRequestSchema = z.strictObject({
     .refine((s) => countCharacters(s) <= MAX_SPEECH_INPUT_CHARACTERS, {
       message: `must be at most ${MAX_SPEECH_INPUT_CHARACTERS} characters`,
     }),
-  voice: z.enum(VOICES, { error: `must be one of ${VOICES.join(', ')}` }),
+  voice: z.enum(VOICES, {
+    error: (issue) =>
+      issue.input !== null && typeof issue.input === 'object'
+        ? `custom voices are not supported; use one of ${VOICES.join(', ')}`
+        : `must be one of ${VOICES.join(', ')}`,
+  }),
   response_format: z.enum(FORMATS, { error: `must be one of ${FORMATS.join(', ')}` }).optional(),
   speed: z.number({ error: 'must be a number between 0.25 and 4' }).min(0.25).max(4).optional(),
   instructions: z
@@ -32,7 +37,19 @@ export const speechRequestSchema = z.strictObject({
       message: `must be at most ${MAX_SPEECH_INPUT_CHARACTERS} characters`,
     })
     .optional(),
+  // The audio arrives as a byte stream (the default, `audio`); OpenAI's `sse` framing of it is not offered.
+  stream_format: z
+    .literal('audio', { error: "only 'audio' is supported: the speech is streamed as raw audio bytes" })
+    .optional(),
 });
 
-export const parseSpeechRequest = (body: unknown): SpeechRequest =>
-  parseWith(speechRequestSchema, withoutNulls(body)) as SpeechRequest;
+const SPEECH_PARAMETERS: ReadonlySet<string> = new Set(Object.keys(speechRequestSchema.shape));
+
+export const parseSpeechRequest = (body: unknown): SpeechRequest => {
+  // stream_format says how we answer, not what the upstream is asked: it goes no further.
+  const { stream_format: _, ...request } = parseWith(
+    speechRequestSchema,
+    withoutNulls(body, SPEECH_PARAMETERS),
+  );
+  return request as SpeechRequest;
+};

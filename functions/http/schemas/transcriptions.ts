@@ -9,7 +9,7 @@ const MAX_PROMPT_CHARACTERS = 4096;
 const GRANULARITIES = new Set(['word', 'segment']);
 
 /** The form fields `POST /v1/audio/transcriptions` accepts; any other is refused, naming it. */
-const SINGLE_FIELDS = new Set(['model', 'language', 'prompt', 'temperature', 'response_format']);
+const SINGLE_FIELDS = new Set(['model', 'language', 'prompt', 'temperature', 'response_format', 'stream']);
 const GRANULARITY_FIELDS = new Set(['timestamp_granularities[]', 'timestamp_granularities']);
 
 const invalid = (param: string, message: string, code = 'invalid_value') =>
@@ -71,6 +71,16 @@ export const parseTranscriptionRequest = (
   const prompt = values.get('prompt');
   if (prompt !== undefined && prompt.length > MAX_PROMPT_CHARACTERS) {
     throw invalid('prompt', `must be at most ${MAX_PROMPT_CHARACTERS} characters`);
+  }
+  // OpenAI's SDKs may send `stream=false`; a streamed transcription (server-sent events) is not offered.
+  const stream = values.get('stream');
+  if (stream !== undefined && stream !== 'false') {
+    throw invalid(
+      'stream',
+      stream === 'true'
+        ? 'streamed transcriptions are not supported; omit it or send false'
+        : "must be 'false'",
+    );
   }
   const rawTemperature = values.get('temperature');
   let temperature: number | undefined;

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseEmbeddingsRequest } from '#http/schemas/embeddings.ts';
 import { parseSpeechRequest } from '#http/schemas/speech.ts';
+import { parseTranscriptionRequest } from '#http/schemas/transcriptions.ts';
 import { refusal as rejection } from '#test/refusal.ts';
 
 describe('a missing parameter is named as missing, whatever kind of check it fails', () => {
@@ -34,5 +35,45 @@ describe('a missing parameter is named as missing, whatever kind of check it fai
       code: 'invalid_type',
       param: 'input',
     });
+  });
+});
+
+describe('what OpenAI also sends to the audio and embeddings endpoints', () => {
+  const speech = { model: 'svc-tts', input: 'hi', voice: 'alloy' };
+
+  it("takes speech's stream_format 'audio' (how it is answered anyway) and sends it no further", () => {
+    expect(parseSpeechRequest({ ...speech, stream_format: 'audio' })).not.toHaveProperty('stream_format');
+    expect(rejection(parseSpeechRequest, { ...speech, stream_format: 'sse' })).toMatchObject({
+      param: 'stream_format',
+      message: expect.stringContaining("only 'audio' is supported"),
+    });
+  });
+
+  it('says a custom voice is not supported, rather than only listing the voices', () => {
+    expect(rejection(parseSpeechRequest, { ...speech, voice: { id: 'voice_1234' } })).toMatchObject({
+      param: 'voice',
+      message: expect.stringContaining('custom voices are not supported'),
+    });
+  });
+
+  it.each([
+    ['speech', parseSpeechRequest, speech],
+    ['embeddings', parseEmbeddingsRequest, { model: 'svc-embed', input: 'hi' }],
+  ])('%s: refuses an unknown parameter even as null, naming it', (_, parse, body) => {
+    expect(rejection(parse, { ...body, not_a_param: null })).toMatchObject({
+      code: 'unsupported_parameter',
+      param: 'not_a_param',
+    });
+  });
+
+  const transcription = (fields: [string, string][]) =>
+    parseTranscriptionRequest({
+      fields: [['model', 'svc-stt'], ...fields],
+      files: [['file', { bytes: new Uint8Array([1, 2, 3]), filename: 'a.wav', contentType: 'audio/wav' }]],
+    });
+
+  it('takes stream=false on a transcription (SDKs send it) and refuses a streamed one, saying so', () => {
+    expect(() => transcription([['stream', 'false']])).not.toThrow();
+    expect(() => transcription([['stream', 'true']])).toThrow('streamed transcriptions are not supported');
   });
 });

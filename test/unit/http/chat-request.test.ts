@@ -58,6 +58,68 @@ describe('the chat completions whitelist', () => {
   });
 });
 
+describe('what OpenAI accepts and the spec does not forbid', () => {
+  it.each([
+    ['n up to 128', { n: 128 }],
+    ['a seed beyond 2^53 (an int64)', JSON.parse('{"seed":12345678901234567890}')],
+    ['stream_options.include_obfuscation', { stream: true, stream_options: { include_obfuscation: false } }],
+    [
+      'an assistant message echoed with function_call and audio as null',
+      {
+        messages: [
+          { role: 'user', content: 'hi' },
+          {
+            role: 'assistant',
+            content: 'hello',
+            refusal: null,
+            annotations: [],
+            function_call: null,
+            audio: null,
+          },
+          { role: 'user', content: 'again' },
+        ],
+      },
+    ],
+  ])('accepts %s', (_, extra) => {
+    expect(() => parseChatRequest({ ...valid, ...extra })).not.toThrow();
+  });
+
+  it('passes nothing of an echoed assistant message on that says nothing', () => {
+    const request = parseChatRequest({
+      ...valid,
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'hello', function_call: null, audio: null },
+        { role: 'user', content: 'again' },
+      ],
+    });
+    expect(request.messages[1]).toEqual({ role: 'assistant', content: 'hello' });
+  });
+});
+
+describe('what the whitelist refuses, null or not', () => {
+  it.each(['thinking', 'reasoning_effort', 'logprobs', 'made_up'])('refuses %s: null, naming it', (param) => {
+    expect(rejection({ ...valid, [param]: null })).toMatchObject({ code: 'unsupported_parameter', param });
+  });
+
+  it('still takes null for a whitelisted parameter as not given', () => {
+    expect(() => parseChatRequest({ ...valid, temperature: null, tools: null, stream: null })).not.toThrow();
+  });
+
+  it('refuses an assistant message whose content is an empty array, as OpenAI does', () => {
+    expect(
+      rejection({
+        ...valid,
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: [] },
+          { role: 'user', content: 'again' },
+        ],
+      }).param,
+    ).toBe('messages[1].content');
+  });
+});
+
 describe('types and ranges', () => {
   it.each([
     ['temperature', 2.01],
@@ -65,10 +127,11 @@ describe('types and ranges', () => {
     ['top_p', 1.5],
     ['presence_penalty', 3],
     ['n', 0],
-    ['n', 9],
+    ['n', 129],
     ['max_tokens', 0],
     ['max_tokens', 1.5],
     ['seed', 'x'],
+    ['seed', 1.5],
     ['stream', 'yes'],
   ])('refuses %s = %j, naming it', (param, value) => {
     expect(rejection({ ...valid, [param]: value }).param).toBe(param);
