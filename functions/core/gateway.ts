@@ -107,8 +107,10 @@ export class Gateway {
     const deadline = new AbortController();
     const { at, error } = routeDeadline(call);
     // `at` is wall-clock time (Date.now() based, as Lambda's remaining time is), and so is the delay.
-    const timer =
-      at === null ? null : setTimeout(() => deadline.abort(error()), Math.max(0, at - Date.now()));
+    let timer: NodeJS.Timeout | null = null;
+    // Already past (a request that waited too long in front of us): no attempt at all, not one started and cut.
+    if (at !== null && at <= Date.now()) deadline.abort(error());
+    else if (at !== null) timer = setTimeout(() => deadline.abort(error()), at - Date.now());
     try {
       const served: Served<T> = await withFallback(
         plan,

@@ -171,23 +171,36 @@ const NAME = /^[\w.[\]-]{1,64}$/;
  */
 export const clientSafe = (message: string): string => {
   // Cut first (every rule below is linear, but a 64 KiB message need not be read whole), then again after.
-  const masked = message
-    .slice(0, 4 * MAX_RELAYED_MESSAGE)
+  // A key cut in two by the slice would match no rule: a run cut at the end is dropped.
+  const cut =
+    message.length <= 4 * MAX_RELAYED_MESSAGE
+      ? message
+      : message.slice(0, 4 * MAX_RELAYED_MESSAGE).replace(/[^\s"',;]+$/, '');
+  const masked = cut
     .replace(/\b(Bearer|Basic)\s+[^\s"',;]+/gi, '$1 [redacted]')
     // Providers' key formats (OpenAI, Anthropic, Groq, xAI, Hugging Face, Google, NVIDIA, …) …
     .replace(/\b(?:sk|gsk|xai|hf|nvapi|pk|rk|sess)[-_][\w-]{16,}|\bAIza[\w-]{30,}/g, '[redacted]')
-    // … and any long run of letters and digits that has both: a key or token in another format.
-    .replace(/\b(?=[\w-]{32,})(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[\w-]{32,}\b/g, '[redacted]')
+    // … and a token in another format: a run with one `-`/`_`-separated piece of 20 or more characters mixing
+    // letters and digits (hex, base62 and base64 keys do; names such as `search_documents_v2` or dates do not).
+    .replace(/[\w+/=-]{20,}/g, (run) => (run.split(/[-_]/).some(isKeyLike) ? '[redacted]' : run))
     .replace(/\b(api[-_]?key|token|secret|password)(["']?\s*[=:]\s*["']?)[^\s"',;]{8,}/gi, '$1$2[redacted]')
     .replace(/\b[a-z][\w+.-]{0,15}:\/\/[^\s"'<>]+/gi, '[url]')
     .replace(/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, '[address]')
-    .replace(/\b[a-z][\w-]{0,62}(?:\.[\w-]{1,63}){1,8}:\d{2,5}\b/gi, '[address]')
+    // host:port, its labels starting with letters (not a field path such as `messages.0.content:12`).
+    .replace(/\b[a-z][\w-]{0,62}(?:\.[a-z][\w-]{0,62}){1,8}:\d{2,5}\b/gi, '[address]')
     // File paths: from a root, three segments or more (not a JSON pointer's `#/properties/x`).
-    .replace(/(?<![\w#/.])(?:\/[\w.@-]+){3,}/g, '[path]');
+    .replace(/(?<![\w#/.])(?:\/[\w.@$-]+){3,}/g, (path) => (SCHEMA_POINTER.test(path) ? path : '[path]'));
   return masked.length <= MAX_RELAYED_MESSAGE ? masked : `${masked.slice(0, MAX_RELAYED_MESSAGE)}…`;
 };
 
 const MAX_RELAYED_MESSAGE = 500;
+
+/** A JSON pointer into a schema, which tells the client which field to fix. */
+const SCHEMA_POINTER =
+  /^\/(?:properties|items|prefixItems|\$defs|definitions|anyOf|oneOf|allOf|additionalProperties)\//;
+
+const isKeyLike = (piece: string): boolean =>
+  piece.length >= 20 && /\d/.test(piece) && /[A-Za-z]/.test(piece);
 
 /** Largest error body read from an upstream; enough for any real error object. */
 const MAX_ERROR_BODY = 64 * 1024;

@@ -25,9 +25,13 @@ export async function* sseData(
   let skipLf = false;
   for await (const chunk of body) {
     let text = decoder.decode(chunk, { stream: true });
-    if (skipLf && text.charCodeAt(0) === 10) text = text.slice(1);
     if (text.length === 0) continue;
-    skipLf = false;
+    if (skipLf) {
+      // Only the very next character can be the CR's LF, whatever chunk it comes in.
+      skipLf = false;
+      if (text.charCodeAt(0) === 10) text = text.slice(1);
+      if (text.length === 0) continue;
+    }
     if (text.includes('\r')) {
       skipLf = text.endsWith('\r');
       text = text.replace(/\r\n?/g, '\n');
@@ -37,6 +41,8 @@ export async function* sseData(
     if (!joinsBlank && text.indexOf('\n\n') === -1) {
       pieces.push(text);
       pendingLength += text.length;
+      // Tiny chunks would cost more in string headers than in text: fold them now and then.
+      if (pieces.length > MAX_PIECES) pieces = [pieces.join('')];
       if (pendingLength > maxEventLength) throw tooLong(maxEventLength);
       continue;
     }
@@ -66,6 +72,8 @@ const endsWithLf = (pieces: readonly string[]): boolean => {
 
 const tooLong = (limit: number): UpstreamFailure =>
   new UpstreamFailure('protocol', `upstream event longer than ${limit} characters`);
+
+const MAX_PIECES = 1024;
 
 /** Longest event accepted: far beyond any real chunk (a large tool-call delta is kilobytes). */
 const MAX_EVENT_LENGTH = 8 * 1024 * 1024;

@@ -142,7 +142,11 @@ export const chatRequestSchema = z.strictObject({
     .optional(),
   tool_choice: toolChoice.optional(),
   // OpenAI's seed is an int64: beyond 2^53 JSON numbers lose digits, but they are still integers.
-  seed: z.number({ error: 'must be an integer' }).refine(Number.isInteger, 'must be an integer').optional(),
+  seed: z
+    .number({ error: 'must be a 64-bit integer' })
+    .refine(Number.isInteger, 'must be a 64-bit integer')
+    .refine((n) => n >= -(2 ** 63) && n <= 2 ** 63, 'must be a 64-bit integer')
+    .optional(),
   n: z
     .int({ error: `must be an integer between 1 and ${MAX_CHOICES}` })
     .min(1)

@@ -51,6 +51,11 @@ describe('sseData', () => {
     expect(await collect(['data: end\r'])).toEqual(['end']);
   });
 
+  it('takes the LF of a CRLF alone in its chunk for that CRLF only, not the next line end too', async () => {
+    expect(await collect(['data: {"a":1}\r', '\n', '\ndata: {"b":2}\n\n'])).toEqual(['{"a":1}', '{"b":2}']);
+    expect(await collect(['data: a\r', '', '\n', '\r\ndata: b\r\n\r\n'])).toEqual(['a', 'b']);
+  });
+
   it('yields an event that ends in bare CRs at once, without waiting for the next chunk', async () => {
     async function* thenBroken() {
       yield new TextEncoder().encode('data: one\r\r');

@@ -156,6 +156,9 @@ describe('statusFailure: what an upstream error tells routing and the client', (
       "Invalid schema for function 'call_api': In context=('properties', 'api_endpoint'), 'format' is not permitted.",
       "Invalid schema: #/properties/order/items/properties/sku: 'pattern' is not supported",
       'Invalid date 2024/01/15 in field start_date; expected an object with key: type',
+      "Invalid schema for function 'search_knowledge_base_documents_v2': 'gpt-4o-realtime-preview-2024-12-17'",
+      "Invalid schema: '/properties/address/properties/street' must have a type.",
+      'Error at messages.0.content:12 unexpected char; user 550e8400-e29b-41d4-a716-446655440000',
     ])
       expect(clientSafe(message)).toBe(message);
   });
@@ -174,6 +177,19 @@ describe('statusFailure: what an upstream error tells routing and the client', (
     expect(clientSafe('host internal-llm.prod.svc.cluster.local:8000 refused')).toBe(
       'host [address] refused',
     );
+    expect(clientSafe('secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY')).toBe('secret [redacted]');
+  });
+
+  it('lets no part of a key through where a long message is cut', () => {
+    const key = '0123456789abcdef0123456789abcdef';
+    // URLs shrink to `[url]` when masked, so the text around the 2,000th character reaches the client.
+    const url = 'https://example.com/aaaaaaaaaaaaaaaa ';
+    for (let at = 1_970; at < 2_000; at++) {
+      const before = url.repeat(Math.floor(at / url.length)).padEnd(at, ' ');
+      const relayed = clientSafe(`${before}${key} ${'y'.repeat(3_000)}`);
+      expect(relayed.length).toBeLessThan(500);
+      expect(relayed).not.toMatch(/0123456/);
+    }
   });
 
   it("takes a 402 for our provider account's fault, which another key or deployment may not have", async () => {

@@ -96,6 +96,19 @@ describe('Gateway and half-open probes', () => {
     expect(health.claimProbe('a')).not.toBeNull();
   });
 
+  it('starts no attempt when the deadline has passed before routing', async () => {
+    const { gateway, resolved, call } = setup();
+    const late = call();
+    late.endBy = Date.now() - 1;
+    let attempts = 0;
+    const routed = gateway.route(resolved, late, true, async (d) => {
+      attempts++;
+      return d.id;
+    });
+    await expect(routed).rejects.toThrow('longest time a call may take');
+    expect(attempts).toBe(0);
+  });
+
   it('does not let another call settle the probe: a straggler ending on the deployment changes nothing', async () => {
     const { health, gateway, resolved, call } = setup();
     const probing = call();
