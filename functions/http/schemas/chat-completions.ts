@@ -155,7 +155,8 @@ export const chatRequestSchema = z.strictObject({
   stream_options: z
     .strictObject({
       include_usage: z.boolean().optional(),
-      // We add no obfuscation field to stream chunks; the option is accepted and has nothing to turn off.
+      // Accepted, as OpenAI does, but not passed on (not every upstream knows it): we add no obfuscation field to
+      // chunks ourselves, and relay what the serving upstream sends.
       include_obfuscation: z.boolean().optional(),
     })
     .optional(),
