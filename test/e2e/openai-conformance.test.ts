@@ -18,6 +18,10 @@ const tools = [
 const variants: [string, Record<string, unknown>][] = [
   ['plain text', { model: 'famA-v4.1-flash', messages: user('hi') }],
   ['two choices', { model: 'famB-5.3', messages: user('hi'), n: 2 }],
+  [
+    'as many choices as OpenAI allows',
+    { model: 'famA-v4.1-flash', messages: user('hi'), n: 128, max_tokens: 4 },
+  ],
   ['a tool call', { model: 'famE-v2.6-pro', messages: user('weather?'), tools, tool_choice: 'required' }],
   ['JSON mode', { model: 'svc-pro-20b', messages: user('hi'), response_format: { type: 'json_object' } }],
   ['a reasoning model', { model: 'svc-famF-max', messages: user('think') }],
@@ -43,6 +47,25 @@ describe('responses validate against OpenAI’s published schemas', () => {
       for (const data of events.slice(0, -1))
         expect(schemaErrors('CreateChatCompletionStreamResponse', JSON.parse(data))).toBe('');
     }
+  });
+});
+
+describe('n > 1', () => {
+  it('returns every choice asked for, each once, streamed or not', async () => {
+    const body = { model: 'famA-v4.1-flash', messages: user('hi'), n: 128, max_tokens: 4 };
+    const whole = (await (await t.post('/chat/completions', body)).json()) as {
+      choices: { index: number }[];
+    };
+    expect(whole.choices.map((c) => c.index)).toEqual([...Array(128).keys()]);
+    const events = sseEvents(await (await t.post('/chat/completions', { ...body, stream: true })).text());
+    const finished = new Set<number>();
+    for (const data of events.slice(0, -1)) {
+      for (const choice of (
+        JSON.parse(data) as { choices: { index: number; finish_reason: string | null }[] }
+      ).choices)
+        if (choice.finish_reason !== null) finished.add(choice.index);
+    }
+    expect(finished.size).toBe(128);
   });
 });
 
