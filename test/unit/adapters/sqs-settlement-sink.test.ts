@@ -33,6 +33,18 @@ const fakeClient = (failures: Record<string, { SenderFault: boolean }> = {}) => 
   return { client, calls };
 };
 
+/** An SQS client that accepts every message and keeps its body. */
+const recordingClient = () => {
+  const bodies: string[] = [];
+  const client = {
+    send: async (command: SendMessageBatchCommand) => {
+      for (const e of command.input.Entries ?? []) bodies.push(e.MessageBody ?? '');
+      return { Failed: [], $metadata: {} };
+    },
+  } as unknown as SQSClient;
+  return { client, bodies };
+};
+
 const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
 
 describe('SqsSettlementSink', () => {
@@ -44,25 +56,13 @@ describe('SqsSettlementSink', () => {
   });
 
   it('sends a record alone as the record itself, not wrapped', async () => {
-    const bodies: string[] = [];
-    const client = {
-      send: async (command: SendMessageBatchCommand) => {
-        for (const e of command.input.Entries ?? []) bodies.push(e.MessageBody ?? '');
-        return { Failed: [], $metadata: {} };
-      },
-    } as unknown as SQSClient;
+    const { client, bodies } = recordingClient();
     await new SqsSettlementSink(client, 'q', { lingerMs: 0 }).send(record('solo'));
     expect(bodies).toEqual(['{"id":"solo"}']);
   });
 
   it('sends only characters SQS accepts, whatever a record carries, and they read back unchanged', async () => {
-    const bodies: string[] = [];
-    const client = {
-      send: async (command: SendMessageBatchCommand) => {
-        for (const e of command.input.Entries ?? []) bodies.push(e.MessageBody ?? '');
-        return { Failed: [], $metadata: {} };
-      },
-    } as unknown as SQSClient;
+    const { client, bodies } = recordingClient();
     // What a caller can put in a record: a 404 names the model id it asked for. Controls, a lone surrogate, and
     // U+FFFE/U+FFFF, which JSON.stringify leaves as they are and SQS refuses.
     const detail = "The model 'x\uFFFE\uFFFF\u0000\u0008\uD800y😀' does not exist";
