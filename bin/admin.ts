@@ -10,6 +10,9 @@
  *                                               a volume account's custom quota (replaces the tier's limits)
  *   wallet topup ACCOUNT_ID USD --reference REF credit a top-up (min 1 USD; REF makes it happen once)
  *   wallet show ACCOUNT_ID                      balance, available, owed, open holds and the ledger
+ *   settlements replay FILE                     settle records that never reached the queue (the gateway logs
+ *                                               each as "settlement record not sent"): JSON lines — those log
+ *                                               lines, records, or queue message bodies; a record settles once
  *   registry …, models …, deployments …         the model registry: see admin/registry-commands.ts and
  *                                               docs/registry.md
  *
@@ -17,12 +20,15 @@
  * ACCOUNTS_TABLE (with the standard AWS_* variables, e.g. AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION); the
  * registry commands use REGISTRY_TABLE.
  */
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
+import { parseSettlementMessage } from '#adapters/settlement-codec.ts';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd, usdToNano } from '#core/pricing.ts';
+import { planSettlement, type SettlementRecord } from '#core/settlement.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readStackFile } from '#local/stack-file.ts';
@@ -38,6 +44,7 @@ const USAGE = `usage: npm run admin -- <command>
   keys revoke ACCOUNT_ID KEY_PREFIX
   wallet topup ACCOUNT_ID USD --reference REF
   wallet show ACCOUNT_ID
+  settlements replay FILE
 ${REGISTRY_USAGE}`;
 
 /** Spec §1: the minimum wallet top-up. */
@@ -187,6 +194,27 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
           2,
         );
       }
+      case 'settlements replay': {
+        const file = need(0, 'FILE');
+        let text: string;
+        try {
+          text = readFileSync(file, 'utf8');
+        } catch {
+          throw new UsageError(`cannot read ${file}`);
+        }
+        const summary = { settled: 0, duplicates: 0, invalid: 0, failed: [] as string[] };
+        for (const record of replayableRecords(text, summary)) {
+          try {
+            const outcome = await accounting.settle(planSettlement(record));
+            if (outcome === 'duplicate') summary.duplicates++;
+            else summary.settled++;
+          } catch (error) {
+            summary.failed.push(`${record.id}: ${error instanceof Error ? error.message : String(error)}`);
+          }
+        }
+        if (summary.failed.length > 0) throw new Error(JSON.stringify(summary, null, 2));
+        return JSON.stringify(summary, null, 2);
+      }
       case 'keys create': {
         const { key, info } = await accounts.createKey(
           (await existing(0)).id,
@@ -207,6 +235,30 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
   } finally {
     client.destroy();
   }
+};
+
+/**
+ * The settlement records in a replay file, one JSON value per line: the gateway's "settlement record not sent" log
+ * line (its `record`), a record, or a queue message body (a record or an array of them). Lines that are none of
+ * these are counted as invalid. Replaying is safe however often it is done: a record settles once (its id).
+ */
+const replayableRecords = (text: string, summary: { invalid: number }): SettlementRecord[] => {
+  const records: SettlementRecord[] = [];
+  for (const line of text.split('\n')) {
+    if (line.trim() === '') continue;
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch {
+      summary.invalid++;
+      continue;
+    }
+    const logged = (value as { record?: unknown } | null)?.record;
+    const parsed = parseSettlementMessage(JSON.stringify(logged ?? value));
+    records.push(...parsed.records);
+    summary.invalid += parsed.invalid;
+  }
+  return records;
 };
 
 if (import.meta.main) {
