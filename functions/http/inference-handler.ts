@@ -90,7 +90,8 @@ const servedBy = (call: CallRecorder): Record<string, string> =>
  * runtime refuses fails the response after the upstream has served (and been paid) — no answer, no settlement.
  */
 export const headerValue = (text: string): string => {
-  if (/^[\x20-\x7e]*$/.test(text)) return text;
+  // Visible ASCII and spaces as they are; with anything else (or a `%`, so an encoded name never reads as plain).
+  if (/^[\x20-\x24\x26-\x7e]*$/.test(text)) return text;
   let encoded = '';
   for (const byte of Buffer.from(text, 'utf8')) {
     encoded +=

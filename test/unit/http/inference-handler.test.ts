@@ -20,6 +20,9 @@ describe('headerValue', () => {
       expect(value).not.toMatch(/[\r\n]/);
     }
     expect(headerValue('模型-7b')).toBe('%E6%A8%A1%E5%9E%8B-7b');
+    // A name that already looks encoded is encoded too: what the header says decodes to the name, always.
+    expect(headerValue('a%20b')).toBe('a%2520b');
+    expect(decodeURIComponent(headerValue('a%20b'))).toBe('a%20b');
     expect(decodeURIComponent(headerValue('模型 7b'))).toBe('模型 7b');
   });
 });
