@@ -25,7 +25,7 @@ import { parseArgs } from 'node:util';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
-import { parseSettlementMessage } from '#adapters/settlement-codec.ts';
+import { settlementRecordsOf } from '#adapters/settlement-codec.ts';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd, usdToNano } from '#core/pricing.ts';
 import { planSettlement, type SettlementRecord } from '#core/settlement.ts';
@@ -254,7 +254,7 @@ const replayableRecords = (text: string, summary: { invalid: number }): Settleme
       continue;
     }
     const logged = (value as { record?: unknown } | null)?.record;
-    const parsed = parseSettlementMessage(JSON.stringify(logged ?? value));
+    const parsed = settlementRecordsOf(logged ?? value);
     records.push(...parsed.records);
     summary.invalid += parsed.invalid;
   }

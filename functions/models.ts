@@ -64,7 +64,7 @@ export const handler = createHandler(containerFromEnv);
  * `/v1/models/` and `/v1/models` alike. Not `replace(/\/+$/, '')`: that regex retries from every slash of a run
  * that does not end the path, so `/v1/models/` + 16,000 slashes + `x` held an instance ~0.3 s per request.
  */
-export const withoutTrailingSlashes = (path: string): string => {
+const withoutTrailingSlashes = (path: string): string => {
   let end = path.length;
   while (end > 0 && path.charCodeAt(end - 1) === 0x2f) end--;
   return path.slice(0, end);

@@ -418,11 +418,10 @@ export class DynamoAccounting implements AccountingStore {
       update += ', owed = if_not_exists(owed, :zero) + :owed';
       if (!shortfall.forced) {
         values[':need'] = N(shortfall.need);
-        const stillShort = '(attribute_not_exists(available) OR available < :need)';
         if (shortfall.seen !== null && shortfall.seen > 0) {
           values[':seen'] = N(shortfall.seen);
-          condition = `available >= :seen AND available < :need`;
-        } else condition = stillShort;
+          condition = 'available >= :seen AND available < :need';
+        } else condition = '(attribute_not_exists(available) OR available < :need)';
       }
     }
     return {

@@ -107,8 +107,11 @@ export interface SettlementMessage {
  * Reads a message's records. A body that is not JSON throws (the whole message is poison); entries that do
  * not parse are counted rather than thrown, so the good records beside them can still be settled.
  */
-export const parseSettlementMessage = (body: string): SettlementMessage => {
-  const json: unknown = JSON.parse(body);
+export const parseSettlementMessage = (body: string): SettlementMessage =>
+  settlementRecordsOf(JSON.parse(body));
+
+/** The records of a parsed message body: one record, or an array of them. */
+export const settlementRecordsOf = (json: unknown): SettlementMessage => {
   const entries: unknown[] = Array.isArray(json) ? json : [json];
   const records: SettlementRecord[] = [];
   let invalid = entries.length === 0 ? 1 : 0;

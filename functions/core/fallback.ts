@@ -123,9 +123,7 @@ export const withFallback = async <T>(
         if (deadline?.aborted && !(error instanceof UpstreamFailure && error.kind === 'rejected')) {
           // Whatever the attempt threw, it was cut by the deadline (or failed just as it came): not a verdict on
           // the deployment, whose own timeouts judge its speed.
-          const cut = record(deployment, keyIndex, 'timeout', null, clock.now() - started, CUT_DETAIL);
-          cutAttempts.add(cut);
-          attempts.push(cut);
+          attempts.push(record(deployment, keyIndex, 'timeout', null, clock.now() - started, CUT_DETAIL));
           throw outOfTime(deadline);
         }
         if (!(error instanceof UpstreamFailure)) throw error;
@@ -143,12 +141,11 @@ export const withFallback = async <T>(
   return exhausted(attempts, lastFailure);
 };
 
+/** The detail of an attempt abandoned at the call's deadline (see FallbackOptions.deadline); no failure has it. */
 const CUT_DETAIL = "cut at the call's deadline";
-/** Attempts abandoned at the call's deadline (see FallbackOptions.deadline). */
-const cutAttempts = new WeakSet<Attempt>();
 
 /** Whether an attempt was abandoned at the call's deadline: health must not count it against its deployment. */
-export const cutAtDeadline = (attempt: Attempt): boolean => cutAttempts.has(attempt);
+export const cutAtDeadline = (attempt: Attempt): boolean => attempt.detail === CUT_DETAIL;
 
 /**
  * The call ran out of time before any upstream answered: a 500 the client may retry, charged nothing. The

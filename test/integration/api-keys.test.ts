@@ -1,12 +1,8 @@
-import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { promisify } from 'node:util';
 import { DeleteItemCommand, DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
-import { startTestStack, type TestStack } from '#test/stack.ts';
-
-const ROOT = new URL('../..', import.meta.url).pathname;
+import { localClientConfig } from '#local/emulators.ts';
+import { adminCli, startTestStack, type TestStack } from '#test/stack.ts';
 
 let t: TestStack;
 beforeAll(async () => {
@@ -15,22 +11,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-/** The admin CLI as an operator runs it against AWS: table name and the standard AWS_* variables. */
-const admin = async (...args: string[]) => {
-  const { stdout } = await promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      ...LOCAL_AWS_ENV,
-      ACCOUNTS_TABLE: t.stack.resources.tables.accounts,
-      WALLET_TABLE: t.stack.resources.tables.wallet,
-      BUCKETS_TABLE: t.stack.resources.tables.buckets,
-      USAGE_TABLE: t.stack.resources.tables.usage,
-      AWS_ENDPOINT_URL_DYNAMODB: t.stack.emulators.dynamodb,
-    },
-  });
-  return stdout.trim();
-};
+const admin = (...args: string[]) => adminCli(t)(...args);
 
 const chat = (key: string) =>
   t.post(

@@ -1,14 +1,9 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ledgerBalance } from '#adapters/dynamo-accounting.ts';
-import { LOCAL_AWS_ENV } from '#local/emulators.ts';
-import { startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
-
-const ROOT = new URL('../..', import.meta.url).pathname;
+import { adminCli, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
 
 /**
  * A settlement record the gateway could not send (SQS unreachable past the SDK's retries) is logged whole, as
@@ -21,21 +16,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-const admin = async (...args: string[]) => {
-  const { stdout } = await promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      ...LOCAL_AWS_ENV,
-      ACCOUNTS_TABLE: t.stack.resources.tables.accounts,
-      WALLET_TABLE: t.stack.resources.tables.wallet,
-      BUCKETS_TABLE: t.stack.resources.tables.buckets,
-      USAGE_TABLE: t.stack.resources.tables.usage,
-      AWS_ENDPOINT_URL_DYNAMODB: t.stack.emulators.dynamodb,
-    },
-  });
-  return stdout.trim();
-};
+const admin = (...args: string[]) => adminCli(t)(...args);
 
 describe('settlements replay', () => {
   it('settles logged records once, holds released and costs debited, however often it runs', async () => {

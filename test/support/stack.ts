@@ -1,10 +1,12 @@
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
 import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import OpenAI from 'openai';
 import { inject } from 'vitest';
 import { NANO_PER_USD } from '#core/pricing.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
-import { localClientConfig } from '#local/emulators.ts';
+import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
 import { readCatalog, simulatorPrices } from '#local/seed.ts';
 import { type LocalStack, type LocalStackOptions, startLocalStack } from '#local/stack.ts';
 import { type Simulator, type SimulatorOptions, startSimulator } from '#sim/server.ts';
@@ -87,6 +89,28 @@ export const startTestStack = async (
     },
   };
 };
+
+/**
+ * The admin CLI as an operator runs it against AWS — the accounting tables by name and the standard AWS_*
+ * variables — here pointed at a test stack's tables. Resolves to its standard output.
+ */
+export const adminCli =
+  (t: TestStack) =>
+  async (...args: string[]): Promise<string> => {
+    const { stdout } = await promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], {
+      cwd: new URL('../..', import.meta.url).pathname,
+      env: {
+        ...process.env,
+        ...LOCAL_AWS_ENV,
+        ACCOUNTS_TABLE: t.stack.resources.tables.accounts,
+        WALLET_TABLE: t.stack.resources.tables.wallet,
+        BUCKETS_TABLE: t.stack.resources.tables.buckets,
+        USAGE_TABLE: t.stack.resources.tables.usage,
+        AWS_ENDPOINT_URL_DYNAMODB: t.stack.emulators.dynamodb,
+      },
+    });
+    return stdout.trim();
+  };
 
 /** Receives (and deletes) what is on a stack's settlement queue now; empty when there is nothing. */
 const receiveSettlements = async (sqs: SQSClient, stack: LocalStack): Promise<SettlementRecord[]> => {

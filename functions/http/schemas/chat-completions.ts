@@ -162,11 +162,9 @@ export const chatRequestSchema = z.strictObject({
     .optional(),
 });
 
-const CHAT_PARAMETERS: ReadonlySet<string> = new Set(Object.keys(chatRequestSchema.shape));
-
 /** Validates a parsed JSON body (top-level nulls mean "not given"). */
 export const parseChatRequest = (body: unknown): ChatRequest => {
-  const request = parseWith(chatRequestSchema, withoutNulls(body, CHAT_PARAMETERS)) as ChatRequest;
+  const request = parseWith(chatRequestSchema, withoutNulls(body, chatRequestSchema.shape)) as ChatRequest;
   // OpenAI refuses this combination, in these words; passed on, it would be refused or ignored depending on
   // which upstream serves the call.
   if (request.stream_options !== undefined && request.stream !== true) {

@@ -33,6 +33,4 @@ export const embeddingsRequestSchema = z.strictObject({
 });
 
 export const parseEmbeddingsRequest = (body: unknown): EmbeddingsRequest =>
-  parseWith(embeddingsRequestSchema, withoutNulls(body, EMBEDDINGS_PARAMETERS)) as EmbeddingsRequest;
-
-const EMBEDDINGS_PARAMETERS: ReadonlySet<string> = new Set(Object.keys(embeddingsRequestSchema.shape));
+  parseWith(embeddingsRequestSchema, withoutNulls(body, embeddingsRequestSchema.shape)) as EmbeddingsRequest;

@@ -43,13 +43,11 @@ export const speechRequestSchema = z.strictObject({
     .optional(),
 });
 
-const SPEECH_PARAMETERS: ReadonlySet<string> = new Set(Object.keys(speechRequestSchema.shape));
-
 export const parseSpeechRequest = (body: unknown): SpeechRequest => {
   // stream_format says how we answer, not what the upstream is asked: it goes no further.
   const { stream_format: _, ...request } = parseWith(
     speechRequestSchema,
-    withoutNulls(body, SPEECH_PARAMETERS),
+    withoutNulls(body, speechRequestSchema.shape),
   );
   return request as SpeechRequest;
 };
