@@ -41,6 +41,12 @@ export interface Config {
    * within it: past it the CDN has answered 504 and left, and whatever the call still did would be billed unseen.
    */
   readonly cdnReadTimeoutMs: number;
+  /**
+   * How long the REST API lets a streamed integration stay silent (5 minutes on a regional endpoint), ms; 0: no
+   * REST API. Set by the stacks. A non-stream call sends nothing until it is done, so through the REST API it must
+   * begin its response within this, for the same reason as the CDN's.
+   */
+  readonly restApiIdleTimeoutMs: number;
 }
 
 export interface UpstreamConfig {
@@ -168,4 +174,5 @@ export const loadConfig = (env: Env): Config => ({
   },
   priceMinMargin: fraction(env, 'PRICE_MIN_MARGIN', DEFAULT_PRICE_MIN_MARGIN, 10),
   cdnReadTimeoutMs: integer(env, 'CDN_READ_TIMEOUT_MS', 0),
+  restApiIdleTimeoutMs: integer(env, 'REST_API_IDLE_TIMEOUT_MS', 0),
 });

@@ -10,6 +10,7 @@ import { Alarm, ComparisonOperator, TreatMissingData } from 'aws-cdk-lib/aws-clo
 import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
 import { FunctionUrlAuthType, InvokeMode } from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
+import { CORS_HEADERS } from '#http/cors.ts';
 import { type FunctionDefinition, timeoutOf } from './functions.ts';
 import { type Bindings, GatewayFunction } from './gateway-function.ts';
 import type { StageConfig } from './stage.ts';
@@ -24,6 +25,16 @@ export interface ApiStackProps extends StackProps {
 /** OpenAI's error shape (ARCHITECTURE.md §8) for the errors API Gateway answers itself. */
 const openAiError = (type: string, message: string, code: string | null = null) =>
   `{"error":{"message":${message},"type":"${type}","param":null,"code":${code === null ? 'null' : `"${code}"`}}}`;
+
+/**
+ * Headers of the errors API Gateway answers itself (its throttling, an unknown route, its own 5xx): the CORS headers
+ * the functions send (ADR 0009), so that a browser client can read these bodies as it reads ours. Values are
+ * literals in single quotes. (They carry API Gateway's own `x-amzn-RequestId`, not our `x-request-id`: a gateway
+ * response's headers may come only from the request or a literal, and none of ours exists yet.)
+ */
+const GATEWAY_RESPONSE_HEADERS = Object.fromEntries(
+  Object.entries(CORS_HEADERS).map(([name, value]) => [name, `'${value}'`]),
+);
 
 /**
  * The HTTP functions, each reachable two ways, both streaming: its own Function URL (`RESPONSE_STREAM`, auth
@@ -54,6 +65,7 @@ export class ApiStack extends Stack {
       // What API Gateway answers for a path or method without a route.
       type: ResponseType.MISSING_AUTHENTICATION_TOKEN,
       statusCode: '404',
+      responseHeaders: GATEWAY_RESPONSE_HEADERS,
       templates: {
         // The path is the client's text and the template inserts it unescaped: a `"` or `\` in it would break the
         // JSON. The method is one of API Gateway's own words.
@@ -66,10 +78,12 @@ export class ApiStack extends Stack {
     });
     this.api.addGatewayResponse('default-4xx', {
       type: ResponseType.DEFAULT_4XX,
+      responseHeaders: GATEWAY_RESPONSE_HEADERS,
       templates: { 'application/json': openAiError('invalid_request_error', '$context.error.messageString') },
     });
     this.api.addGatewayResponse('default-5xx', {
       type: ResponseType.DEFAULT_5XX,
+      responseHeaders: GATEWAY_RESPONSE_HEADERS,
       templates: { 'application/json': openAiError('server_error', '$context.error.messageString') },
     });
 

@@ -62,6 +62,12 @@ const ROOT = fileURLToPath(new URL('../', import.meta.url));
 /** Metadata key naming the handler file a function is bundled from (the infra tests match it to `functions/`). */
 export const ENTRY_METADATA = 'svc:entry';
 
+/**
+ * How long API Gateway lets a streamed integration of a *regional* REST API (api-stack.ts) stay silent: 5 minutes,
+ * fixed by AWS (30 s on an edge-optimized endpoint). A non-stream call sends nothing until it is done.
+ */
+export const REST_API_IDLE_TIMEOUT_MS = 5 * 60_000;
+
 const APPLICATION_LOG_LEVEL: Record<string, ApplicationLogLevel> = {
   debug: ApplicationLogLevel.DEBUG,
   info: ApplicationLogLevel.INFO,
@@ -127,9 +133,13 @@ export class GatewayFunction extends Construct {
         ...stage.functionEnv,
         LOG_LEVEL: stage.logLevel,
         ...(stage.priceMinMargin === undefined ? {} : { PRICE_MIN_MARGIN: String(stage.priceMinMargin) }),
-        // HTTP functions stop routing a call that came through the CDN before it gives up on them (config.ts).
+        // HTTP functions stop routing a call before what is in front of them gives up on it (config.ts): the
+        // CDN's origin read timeout, and the regional REST API's idle timeout on a streamed integration.
         ...(definition.trigger.kind === 'http'
-          ? { CDN_READ_TIMEOUT_MS: String(stage.cdnReadTimeoutSeconds * 1000) }
+          ? {
+              CDN_READ_TIMEOUT_MS: String(stage.cdnReadTimeoutSeconds * 1000),
+              REST_API_IDLE_TIMEOUT_MS: String(REST_API_IDLE_TIMEOUT_MS),
+            }
           : {}),
       },
       bundling: {

@@ -24,8 +24,8 @@ export interface GatewayDeps {
 
 /**
  * When routing must stop, and what the client is told then: the function's end (`endBy`), or sooner the moment
- * the CDN in front stops waiting for the response to begin (`firstByteBy`). A client cut by the CDN's limit is
- * told how to make a long call.
+ * what is in front of the function (the CDN, the REST API) stops waiting for the response to begin (`firstByteBy`).
+ * A client cut there is told how to make a long call.
  */
 const routeDeadline = (call: CallRecorder): { at: number | null; error: () => ApiError } => {
   const { endBy, firstByteBy } = call;
@@ -35,7 +35,7 @@ const routeDeadline = (call: CallRecorder): { at: number | null; error: () => Ap
       error: () =>
         deadlineError(
           'No upstream provider answered within the time this endpoint waits for a response to begin. ' +
-            'For long calls, set "stream": true, or call the API directly rather than through the CDN.',
+            'For long calls, set "stream": true: a stream, once begun, may run as long as the call needs.',
         ),
     };
   }

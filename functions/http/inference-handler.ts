@@ -23,7 +23,7 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
       const c = container();
       const call = new CallRecorder(endpoint, requestIdOf(context), c.clock);
       call.endBy = Date.now() + context.getRemainingTimeInMillis() - SETTLE_MARGIN_MS;
-      call.firstByteBy = cdnFirstByteBy(event, c.config.cdnReadTimeoutMs);
+      call.firstByteBy = firstByteBy(event, c.config);
       afterResponse(context, () => settle(c, call));
       try {
         const response = await fn(event, call, c);
@@ -54,24 +54,35 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
 const SETTLE_MARGIN_MS = 10_000;
 
 /**
- * When a call that came through the CDN must begin its response. CloudFront gives up on an origin after its read
- * timeout and answers the client 504 (which SDKs retry); a call that went on would be served, and billed, to no one.
- * CloudFront marks every origin request with `x-amz-cf-id` (a client that sets it itself only shortens its own
- * wait). Its clock starts before ours: counted from when API Gateway received the request (`timeEpoch`, so a cold
- * start is inside it), with a few seconds kept for CloudFront's leg and our answer's way back.
+ * When a call must begin its response, if something in front of the function stops waiting sooner than the
+ * function runs; a call that went on past it would be served, and billed, to no one.
+ * - The CDN gives up on an origin after its read timeout and answers the client 504 (which SDKs retry). CloudFront
+ *   marks every origin request with `x-amz-cf-id` (a client that sets it itself only shortens its own wait).
+ * - The REST API closes a streamed integration that stays silent past its idle timeout, and a non-stream call is
+ *   silent until it is done. (Function URLs have no such limit: the function's own deadline bounds the call.)
+ * The clocks in front start before ours: counted from when API Gateway received the request (`timeEpoch`, so a
+ * cold start is inside it), with a few seconds kept for the way back.
  */
-export const cdnFirstByteBy = (event: HttpEvent, cdnReadTimeoutMs: number): number | null => {
-  if (cdnReadTimeoutMs <= 0 || header(event, 'x-amz-cf-id') === undefined) return null;
+export const firstByteBy = (
+  event: HttpEvent,
+  limits: { readonly cdnReadTimeoutMs: number; readonly restApiIdleTimeoutMs: number },
+): number | null => {
+  const waits: number[] = [];
+  if (limits.cdnReadTimeoutMs > 0 && header(event, 'x-amz-cf-id') !== undefined)
+    waits.push(limits.cdnReadTimeoutMs);
+  if (limits.restApiIdleTimeoutMs > 0 && event.via === 'rest-api') waits.push(limits.restApiIdleTimeoutMs);
+  if (waits.length === 0) return null;
+  const wait = Math.min(...waits);
   const now = Date.now();
   const received = event.requestContext?.timeEpoch;
-  // Never later than now (a clock ahead of ours). A receipt older than the wait means CloudFront has given up
+  // Never later than now (a clock ahead of ours). A receipt older than the wait means the entry has given up
   // already: the deadline is past. Older than any function runs, it makes no sense and is ignored.
   const start =
     typeof received === 'number' && received <= now && received > now - MAX_FUNCTION_MS ? received : now;
-  return start + Math.max(cdnReadTimeoutMs / 2, cdnReadTimeoutMs - CDN_MARGIN_MS);
+  return start + Math.max(wait / 2, wait - ENTRY_MARGIN_MS);
 };
 
-const CDN_MARGIN_MS = 3_000;
+const ENTRY_MARGIN_MS = 3_000;
 /** Lambda's longest timeout. */
 const MAX_FUNCTION_MS = 15 * 60_000;
 

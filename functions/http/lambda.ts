@@ -3,8 +3,11 @@ import { brotliDecompressSync, gunzipSync, inflateSync, type ZlibOptions } from 
 import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
 import { InvalidRequestError, RequestTooLargeError } from '#core/errors.ts';
 
-/** Function URLs and API Gateway (payload v2) deliver the same event shape. */
-export type HttpEvent = APIGatewayProxyEventV2;
+/**
+ * Function URLs and API Gateway (payload v2) deliver the same event shape. `via` marks an event that came through
+ * the REST API (payload 1.0, mapped in rest-event.ts), whose idle timeout bounds how long a call may stay silent.
+ */
+export type HttpEvent = APIGatewayProxyEventV2 & { readonly via?: 'rest-api' };
 export type LambdaContext = Context;
 
 /** What a streaming handler returns to middy: status, headers, and a string or a stream body. */

@@ -23,6 +23,7 @@ export const asHttpEvent = (event: HttpEvent | APIGatewayProxyEvent): HttpEvent 
   }
   const ctx = event.requestContext;
   return {
+    via: 'rest-api',
     version: '2.0',
     routeKey: '$default',
     rawPath: event.path,

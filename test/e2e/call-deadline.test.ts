@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FaultSpec } from '#sim/faults.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
+import { type RestApi, startRestApi } from '#test/rest-api.ts';
 import {
   drainSettlements,
   NO_CIRCUIT_BREAKING,
@@ -17,9 +18,12 @@ import {
  * upstream has 5 s to answer (a stream: to send its first event).
  *
  * Through the CDN the wait is shorter: CloudFront answers 504 once its origin read timeout passes without a
- * first byte. Here it is 1 s, which leaves calls that come through it (`x-amz-cf-id`) 0.5 s to begin.
+ * first byte. Here it is 1 s, which leaves calls that come through it (`x-amz-cf-id`) 0.5 s to begin. So is the
+ * REST API's: it closes a streamed integration silent for 5 minutes, and a non-stream call is silent until done.
+ * Here that is 1.2 s, which leaves calls through it 0.6 s.
  */
 let t: TestStack;
+let restApi: RestApi;
 beforeAll(async () => {
   t = await startTestStack({
     functionEnv: {
@@ -27,9 +31,11 @@ beforeAll(async () => {
       UPSTREAM_COMPLETION_TIMEOUT_MS: '5000',
       UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS: '5000',
       CDN_READ_TIMEOUT_MS: '1000',
+      REST_API_IDLE_TIMEOUT_MS: '1200',
     },
     functionTimeoutsMs: { 'chat-completions': 12_000, embeddings: 12_000 },
   });
+  restApi = await startRestApi(() => t.stack.container, { timeoutMs: 12_000 });
 });
 
 /** Headers of a request as CloudFront forwards it to the API. */
@@ -38,7 +44,10 @@ const THROUGH_CDN = () => ({
   'content-type': 'application/json',
   'x-amz-cf-id': 'Kx8pE2b9vJ1qWmN3aZrT5yUoL7cH4dG6fS0eR_iQhPwVbXnM==',
 });
-afterAll(() => t?.stop());
+afterAll(async () => {
+  await restApi?.close();
+  await t?.stop();
+});
 beforeEach(() => drainSettlements(t.stack));
 afterEach(() => {
   t.simulator.resetFaults();
@@ -119,6 +128,42 @@ describe("a call at its function's deadline", () => {
     const [record] = await takeSettlements(t.stack, 1);
     expect(record).toMatchObject({ outcome: 'upstream_error', status: 500, cost: 0 });
     expect(record?.attempts).toMatchObject([{ outcome: 'timeout', detail: "cut at the call's deadline" }]);
+  });
+
+  it('through the REST API: stops before its idle timeout closes a silent call, uncharged', async () => {
+    slowEverywhere({ latencyMs: 4_000 });
+    const started = Date.now();
+    const res = await fetch(`${restApi.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${t.apiKey}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify(chat()),
+    });
+    const elapsed = Date.now() - started;
+    expect(res.status).toBe(500);
+    const error = (await res.json()) as { error: { type: string; message: string } };
+    expect(schemaErrors('ErrorResponse', error)).toBe('');
+    expect(error.error.message).toContain('"stream": true');
+    // Cut at 0.6 s, long before the function's own deadline (2 s).
+    expect(elapsed).toBeLessThan(1_500);
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'upstream_error', status: 500, cost: 0 });
+    expect(record?.attempts).toMatchObject([{ outcome: 'timeout', detail: "cut at the call's deadline" }]);
+  });
+
+  it('through the REST API: a Function URL call has no such wait, and one that begins in time is served', async () => {
+    slowEverywhere({ latencyMs: 900 });
+    // The same call by the Function URL: bound by the function's deadline alone (2 s).
+    const direct = await t.post('/chat/completions', chat());
+    expect(direct.status).toBe(200);
+    slowEverywhere({ latencyMs: 200 });
+    const res = await fetch(`${restApi.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${t.apiKey}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify(chat()),
+    });
+    expect(res.status).toBe(200);
+    const records = await takeSettlements(t.stack, 2);
+    expect(records.map((r) => r.outcome)).toEqual(['success', 'success']);
   });
 
   it('through the CDN: lets a stream that has begun run past that wait', async () => {

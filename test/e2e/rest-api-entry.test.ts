@@ -1,83 +1,19 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import type { APIGatewayProxyEvent } from 'aws-lambda';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { invocationContext, invokeStreaming, readBody } from '#local/function-url.ts';
-import type { StreamingHandler } from '#local/lambda-runtime.ts';
+import { type RestApi, startRestApi } from '#test/rest-api.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
-/**
- * On AWS, CloudFront's `/v1/*` reaches the functions through API Gateway's REST API, whose streaming
- * integrations send the payload-1.0 event (headers as the client cased them, `path`, `httpMethod`). This
- * serves the real handlers behind such events and drives them with the openai SDK.
- */
-const restEvent = (req: IncomingMessage, body: Buffer): APIGatewayProxyEvent => {
-  const url = new URL(req.url ?? '/', 'http://localhost');
-  const headers: Record<string, string> = {};
-  const multiValueHeaders: Record<string, string[]> = {};
-  for (let i = 0; i < req.rawHeaders.length; i += 2) {
-    const name = req.rawHeaders[i] as string;
-    const value = req.rawHeaders[i + 1] as string;
-    headers[name] = value;
-    multiValueHeaders[name] = [...(multiValueHeaders[name] ?? []), value];
-  }
-  return {
-    resource: '/{proxy+}',
-    path: url.pathname,
-    httpMethod: req.method ?? 'GET',
-    headers,
-    multiValueHeaders,
-    queryStringParameters: null,
-    multiValueQueryStringParameters: null,
-    pathParameters: null,
-    stageVariables: null,
-    body: body.length > 0 ? body.toString('utf8') : null,
-    isBase64Encoded: false,
-    requestContext: {
-      accountId: '123456789012',
-      apiId: 'rest',
-      httpMethod: req.method ?? 'GET',
-      identity: { sourceIp: '127.0.0.1', userAgent: headers['User-Agent'] ?? '' },
-      path: `/prod${url.pathname}`,
-      protocol: 'HTTP/1.1',
-      requestId: crypto.randomUUID(),
-      requestTimeEpoch: Date.now(),
-      resourceId: 'r',
-      resourcePath: '/{proxy+}',
-      stage: 'prod',
-    },
-  } as unknown as APIGatewayProxyEvent;
-};
-
+/** The real handlers behind payload-1.0 events, as the REST API's streaming integrations send them. */
 let t: TestStack;
-let server: Server;
+let api: RestApi;
 let client: OpenAI;
 beforeAll(async () => {
   t = await startTestStack();
-  const container = () => t.stack.container;
-  const handlers: Record<string, StreamingHandler> = {
-    '/v1/models': (await import('#functions/models.ts')).createHandler(
-      container,
-    ) as unknown as StreamingHandler,
-    '/v1/chat/completions': (await import('#functions/chat-completions.ts')).createHandler(
-      container,
-    ) as unknown as StreamingHandler,
-  };
-  server = createServer(async (req, res) => {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    const handler = handlers[path.startsWith('/v1/models') ? '/v1/models' : path];
-    const body = (await readBody(req, 1 << 20)) ?? Buffer.alloc(0);
-    if (!handler) return void res.writeHead(404).end();
-    await invokeStreaming(handler, restEvent(req, body) as never, invocationContext('rest', 60_000), res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: t.apiKey, maxRetries: 0 });
+  api = await startRestApi(() => t.stack.container);
+  client = new OpenAI({ baseURL: api.baseURL, apiKey: t.apiKey, maxRetries: 0 });
 });
 afterAll(async () => {
-  server?.closeAllConnections();
-  await new Promise((resolve) => server?.close(resolve));
+  await api?.close();
   await t?.stop();
 });
 

@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '#functions/config.ts';
+import { CORS_HEADERS } from '#http/cors.ts';
 import { type FunctionDefinition, functions, timeoutOf } from '#lib/functions.ts';
 import { ENTRY_METADATA } from '#lib/gateway-function.ts';
 import { buckets, physicalName, queues, tables } from '#lib/resources.ts';
@@ -457,6 +458,12 @@ describe('the CDK app', () => {
         .replaceAll('$context.path', '/v1/a"b\\c');
       const body = JSON.parse(rendered) as { error: Record<string, unknown> };
       expect(schemaErrors('ErrorResponse', body), response.properties.ResponseType).toBe('');
+      // A browser client reads them as it reads the functions' own errors: the same CORS headers, as literals.
+      const headers = response.properties.ResponseParameters as Record<string, string>;
+      for (const [name, value] of Object.entries(CORS_HEADERS))
+        expect(headers[`gatewayresponse.header.${name}`], `${response.properties.ResponseType} ${name}`).toBe(
+          `'${value}'`,
+        );
     }
   });
 
@@ -580,6 +587,8 @@ describe('the CDK app', () => {
       const variables = functionOf(name).properties.Environment.Variables as Record<string, Json>;
       const http = (rows[name] as FunctionDefinition).trigger.kind === 'http';
       expect(variables.CDN_READ_TIMEOUT_MS, name).toBe(http ? String(readTimeoutSeconds * 1000) : undefined);
+      // And how long the regional REST API lets a call stay silent before its first byte (5 minutes).
+      expect(variables.REST_API_IDLE_TIMEOUT_MS, name).toBe(http ? '300000' : undefined);
     }
   });
 });

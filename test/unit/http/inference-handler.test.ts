@@ -1,6 +1,6 @@
 import { validateHeaderValue } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { cdnFirstByteBy, headerValue } from '#http/inference-handler.ts';
+import { firstByteBy, headerValue } from '#http/inference-handler.ts';
 
 /**
  * `x-svc-served-model` shows the registry's upstream model name. A name the HTTP runtime refuses as a header
@@ -27,19 +27,36 @@ describe('headerValue', () => {
   });
 });
 
-describe('cdnFirstByteBy: when a call that came through CloudFront must begin its response', () => {
-  const event = (headers: Record<string, string>, timeEpoch?: number) =>
-    ({ headers, requestContext: { timeEpoch } }) as unknown as Parameters<typeof cdnFirstByteBy>[0];
+describe('firstByteBy: when a call must begin its response, given what is in front of the function', () => {
+  type Event = Parameters<typeof firstByteBy>[0];
+  const event = (headers: Record<string, string>, timeEpoch?: number, via?: 'rest-api') =>
+    ({ headers, requestContext: { timeEpoch }, ...(via ? { via } : {}) }) as unknown as Event;
   const CF = { 'x-amz-cf-id': 'abc==' };
+  const CDN = { cdnReadTimeoutMs: 60_000, restApiIdleTimeoutMs: 0 };
+  const cdnFirstByteBy = (e: Event, cdnReadTimeoutMs: number) =>
+    firstByteBy(e, { cdnReadTimeoutMs, restApiIdleTimeoutMs: 0 });
 
-  it('is not bound when the call did not come through the CDN, or there is none', () => {
-    expect(cdnFirstByteBy(event({}, Date.now()), 60_000)).toBeNull();
+  it('is not bound when the call came through neither the CDN nor the REST API, or they are not set', () => {
+    expect(firstByteBy(event({}, Date.now()), CDN)).toBeNull();
     expect(cdnFirstByteBy(event(CF, Date.now()), 0)).toBeNull();
+    // A Function URL call: no limit in front, the function's own deadline bounds it.
+    expect(
+      firstByteBy(event({}, Date.now()), { cdnReadTimeoutMs: 60_000, restApiIdleTimeoutMs: 300_000 }),
+    ).toBeNull();
+    expect(firstByteBy(event({}, Date.now(), 'rest-api'), CDN)).toBeNull();
   });
 
   it('counts from when API Gateway received the request, so a cold start is inside the wait', () => {
     const received = Date.now() - 2_000;
     expect(cdnFirstByteBy(event(CF, received), 60_000)).toBe(received + 57_000);
+  });
+
+  it('through the REST API alone: its idle timeout, since a non-stream call is silent until it is done', () => {
+    const received = Date.now() - 1_000;
+    const limits = { cdnReadTimeoutMs: 60_000, restApiIdleTimeoutMs: 300_000 };
+    expect(firstByteBy(event({}, received, 'rest-api'), limits)).toBe(received + 297_000);
+    // Through the CDN, whose origin is the REST API: the shorter of the two.
+    expect(firstByteBy(event(CF, received, 'rest-api'), limits)).toBe(received + 57_000);
   });
 
   it('is past already when the request waited longer than CloudFront does', () => {
