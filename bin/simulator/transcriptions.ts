@@ -9,7 +9,7 @@
  * Inline `[[sim: ...]]` directives go in the `prompt` field, the only free text of the request.
  */
 import { parseBuffer } from 'music-metadata';
-import { countedDurationMs, liveWebmDurationMs } from '#adapters/audio-duration.ts';
+import { countedDurationMs, countsDecodedAudio, liveWebmDurationMs } from '#adapters/audio-duration.ts';
 import { formatOf } from '#adapters/audio-probe.ts';
 import type { ApiCall, ApiEndpoint, ApiRejection } from '#sim/api.ts';
 import { invalidRequestError, type OpenAiErrorBody } from '#sim/errors.ts';
@@ -172,14 +172,18 @@ export async function measureDuration(
     ...(file.type ? { mimeType: file.type } : {}),
     ...(file.name ? { path: file.name } : {}),
   };
-  // A provider transcribes what its decoder plays, whatever a header claims (or lacks, in a recording made to a
-  // pipe): the audio is counted as the gateway counts it, and the longer duration wins.
+  // A provider transcribes, and reports, what its decoder plays, whatever a header claims (or lacks, in a recording
+  // made to a pipe): where the gateway counts decoded audio, that count is the duration; elsewhere the longer of
+  // the count and the header.
   for (const fileInfo of [hinted, { size: bytes.length }]) {
     try {
       const { format } = await parseBuffer(bytes, fileInfo, { duration: true, skipCovers: true });
       const name = formatOf(format.container);
-      const counted = name ? (countedDurationMs(name, bytes) ?? 0) / 1000 : 0;
-      const duration = Math.max(format.duration ?? 0, counted);
+      const count = name ? countedDurationMs(name, bytes) : null;
+      const duration =
+        name && count !== null && countsDecodedAudio(name)
+          ? count / 1000
+          : Math.max(format.duration ?? 0, (count ?? 0) / 1000);
       if (Number.isFinite(duration) && duration > 0) return duration;
     } catch {
       // Not audio in this format; try sniffing, or give up.

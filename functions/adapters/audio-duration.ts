@@ -86,9 +86,14 @@ const isTagFrame = (bytes: Uint8Array, at: number, frame: MpegFrame): boolean =>
   return tag === 'Xing' || tag === 'Info' || text(36) === 'VBRI';
 };
 
-/** Where the audio starts: after an ID3v2 tag, if the file has one. */
+/**
+ * Where the audio starts: after an ID3v2 tag, if the file has one. A header decoders would not take for a tag (a
+ * version or revision byte of 0xFF, a size byte with its top bit set: ffmpeg's test) is not skipped: they decode
+ * from the start, and so does the count.
+ */
 const afterId3v2 = (bytes: Uint8Array): number => {
   if (bytes.length < 10 || bytes[0] !== 0x49 || bytes[1] !== 0x44 || bytes[2] !== 0x33) return 0;
+  if (bytes[3] === 0xff || bytes[4] === 0xff || bytes.subarray(6, 10).some((b) => b & 0x80)) return 0;
   const size = bytes.subarray(6, 10).reduce((n, b) => (n << 7) | (b & 0x7f), 0);
   const footer = ((bytes[5] as number) & 0x10) !== 0 ? 10 : 0;
   return 10 + size + footer;
@@ -98,12 +103,28 @@ const afterId3v2 = (bytes: Uint8Array): number => {
 const signatureOf = (bytes: Uint8Array, at: number): number =>
   (((bytes[at + 1] as number) & 0xfe) << 8) | ((bytes[at + 2] as number) & 0x0c);
 
+/** Frames of one signature in a row that show a new stream begins (two files joined end to end, say). */
+const NEW_STREAM_RUN = 3;
+
+/** Whether `count` frames of the signature of the one at `at` follow each other from there (or end the data). */
+const runAt = (bytes: Uint8Array, at: number, count: number): boolean => {
+  const own = signatureOf(bytes, at);
+  for (let k = 0; k < count; k++) {
+    if (at === bytes.length) return k > 0;
+    const frame = mpegFrameAt(bytes, at);
+    if (frame === null || signatureOf(bytes, at) !== own) return false;
+    at += frame.length;
+  }
+  return true;
+};
+
 /**
  * The duration of an MPEG audio stream in ms, counted frame by frame (tag frames excluded), or null when no run of
  * frames is found. Until the stream is established, a frame counts only when the next one follows it exactly (or
  * it ends the data), so sync-like bytes in a tag are not taken for audio. After that, any frame with the stream's
  * signature counts, wherever the walk resyncs to it — as decoders resync past junk between frames, which a client
- * could otherwise insert to break every chain.
+ * could otherwise insert to break every chain. A run of frames of another signature (another sample rate or
+ * version: files joined end to end) is a new stream, which decoders play too: it counts from there on.
  */
 export const mpegDurationMs = (bytes: Uint8Array): number | null => {
   let at = afterId3v2(bytes);
@@ -118,9 +139,10 @@ export const mpegDurationMs = (bytes: Uint8Array): number | null => {
       continue;
     }
     const next = at + frame.length;
+    const own = signatureOf(bytes, at);
     const counts =
       signature !== null
-        ? signatureOf(bytes, at) === signature
+        ? own === signature || runAt(bytes, at, NEW_STREAM_RUN)
         : next === bytes.length ||
           mpegFrameAt(bytes, next) !== null ||
           // The ID3v1 tag ("TAG") or APE tag that may close the file.
@@ -134,7 +156,7 @@ export const mpegDurationMs = (bytes: Uint8Array): number | null => {
       counted.add(frame.samples, frame.sampleRate);
       frames++;
     }
-    if (signature === null && !first) signature = signatureOf(bytes, at);
+    if (!first) signature = own;
     first = false;
     at = next;
   }
@@ -148,7 +170,7 @@ const EXTENSIBLE = 0xfffe;
 /**
  * The duration of a plain-sample WAV in ms from the bytes of its data chunks (what a decoder plays, every `data`
  * chunk of them) — not from a `fact` chunk, which such files need not have and decoders ignore — or null when the
- * file is not plain-sample WAV.
+ * file is not plain-sample WAV. 0: no sample bytes at all.
  */
 export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -160,7 +182,8 @@ export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
     const id = ascii(at);
     const size = view.getUint32(at + 4, true);
     const body = at + 8;
-    if (id === 'fmt ' && size >= 16 && body + 16 <= bytes.length) {
+    // The first `fmt ` chunk describes the data, as decoders (ffmpeg) read it; a later one is ignored.
+    if (id === 'fmt ' && bytesPerSecond === null && size >= 16 && body + 16 <= bytes.length) {
       let tag = view.getUint16(body, true);
       // WAVE_FORMAT_EXTENSIBLE: the real format is the first two bytes of the subformat GUID.
       if (tag === EXTENSIBLE)
@@ -179,7 +202,8 @@ export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
     }
     at = body + size + (size & 1); // chunks are word-aligned
   }
-  return bytesPerSecond === null || dataBytes === 0 ? null : (dataBytes / bytesPerSecond) * 1000;
+  // Plain samples and no data bytes: no audio (0), whatever a `fact` chunk says.
+  return bytesPerSecond === null ? null : (dataBytes / bytesPerSecond) * 1000;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -255,7 +279,7 @@ const flacFrameAt = (bytes: Uint8Array, at: number): FlacFrame | null => {
  * count (written to a pipe, it cannot) or a wrong one — or null when it is not FLAC. Each frame adds its own block
  * size at its own sample rate (a decoder plays what the frame headers say, whatever STREAMINFO claims). Headers are
  * found by their sync code and CRC-8 and taken in sequence (frame numbers one by one, or sample numbers where the
- * last frame ended), so a sync-like pattern inside compressed audio is not counted.
+ * last frame ended), so a sync-like pattern inside compressed audio is not counted. 0: FLAC without a frame.
  */
 export const flacDurationMs = (bytes: Uint8Array): number | null => {
   if (bytes.length < 42 || String.fromCharCode(...bytes.subarray(0, 4)) !== 'fLaC') return null;
@@ -268,7 +292,8 @@ export const flacDurationMs = (bytes: Uint8Array): number | null => {
     ((bytes[info + 12] as number) >> 4);
   let at = 4;
   for (;;) {
-    if (at + 4 > bytes.length) return null;
+    // Cut inside its metadata: no frame follows.
+    if (at + 4 > bytes.length) return 0;
     const header = bytes[at] as number;
     at +=
       4 + (((bytes[at + 1] as number) << 16) | ((bytes[at + 2] as number) << 8) | (bytes[at + 3] as number));
@@ -287,7 +312,7 @@ export const flacDurationMs = (bytes: Uint8Array): number | null => {
     nextNumber++;
     nextSample += frame.blockSize;
   }
-  return nextNumber > 0 ? counted.ms : null;
+  return nextNumber > 0 ? counted.ms : 0;
 };
 
 // ---------------------------------------------------------------------------------------------------------

@@ -2,7 +2,12 @@ import { parseBuffer } from 'music-metadata';
 import { TRANSCRIPTION_INPUT_FORMATS } from '#core/audio.ts';
 import { InvalidRequestError } from '#core/errors.ts';
 import type { AudioInfo, AudioProbe } from '#core/ports.ts';
-import { countedDurationMs, countsDecodedAudio, liveWebmDurationMs } from './audio-duration.ts';
+import {
+  countedDurationMs,
+  countsDecodedAudio,
+  liveWebmDurationMs,
+  mpegDurationMs,
+} from './audio-duration.ts';
 
 /**
  * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
@@ -45,6 +50,21 @@ const unreadable = (detail: string) =>
     param: 'file',
   });
 
+const unrecognized = () =>
+  new InvalidRequestError(`Unrecognized audio file format. ${ACCEPTED}`, 'invalid_file_format', {
+    param: 'file',
+  });
+
+/** The parser's errors that say the bytes are not a format it reads at all (rather than a broken file of one). */
+const NOT_AUDIO = new Set(['CouldNotDetermineFileTypeError', 'UnsupportedFileTypeError']);
+
+/**
+ * An MP3 whose ID3v2 tag the parser refuses (a wrong version byte, say) is still an MP3 to decoders, which skip the
+ * tag: it is measured by its frames. Only a file that starts with a tag: anything else is left to the parser.
+ */
+const mp3BehindBrokenTag = (bytes: Uint8Array): number | null =>
+  bytes[0] === 0x49 && bytes[1] === 0x44 && bytes[2] === 0x33 ? mpegDurationMs(bytes) : null;
+
 export const musicMetadataProbe: AudioProbe = {
   async probe(bytes): Promise<AudioInfo> {
     let metadata: Awaited<ReturnType<typeof parseBuffer>>;
@@ -61,12 +81,12 @@ export const musicMetadataProbe: AudioProbe = {
       // MediaRecorder) writes WebM: those are measured by their blocks alone.
       const live = liveWebmDurationMs(bytes) ?? 0;
       if (measurable(live)) return { format: 'webm', durationMs: Math.ceil(live) };
-      if (error instanceof Error && error.name === 'CouldNotDetermineFileTypeError') {
-        throw new InvalidRequestError(`Unrecognized audio file format. ${ACCEPTED}`, 'invalid_file_format', {
-          param: 'file',
-        });
-      }
-      throw unreadable(error instanceof Error ? error.message : 'corrupt data');
+      const mp3 = mp3BehindBrokenTag(bytes) ?? 0;
+      if (measurable(mp3)) return { format: 'mp3', durationMs: Math.ceil(mp3) };
+      if (error instanceof Error && NOT_AUDIO.has(error.name)) throw unrecognized();
+      // The parser's own words name its internals ("Offset is outside the bounds of the DataView"), not the file's
+      // fault: the client is told what it can act on.
+      throw unreadable('it is corrupt or cut short');
     }
     const format = formatOf(metadata.format.container);
     if (format === null) {
@@ -83,7 +103,13 @@ export const musicMetadataProbe: AudioProbe = {
     // or not: a longer header is a truncated file (a recording cut short, a long file cut to the upload limit),
     // and billing it would charge for audio that is not there; a shorter one was edited. Elsewhere the longer of
     // the two is billed; and the provider's own decode backs both up (transcriptionBody).
-    const counted = countedDurationMs(format, bytes) ?? 0;
+    const count = countedDurationMs(format, bytes);
+    // Where the count is of decoded audio, none counted is no audio: a header alone (a Xing frame, STREAMINFO, a
+    // `fact` chunk, an MP4 index over an empty `mdat`) plays nothing, whatever length it claims. (An MP3 counter
+    // that finds no frame cannot tell "no audio" from "not MPEG"; the parser said MPEG.)
+    if (countsDecodedAudio(format) && (count === 0 || (count === null && format === 'mp3')))
+      throw unreadable('it holds no audio frames');
+    const counted = count ?? 0;
     let durationMs = Math.max(headerMs, counted);
     if (countsDecodedAudio(format) && measurable(counted))
       // Whole frames include the encoder's priming and padding, which a header's exact length (an MP4 edit

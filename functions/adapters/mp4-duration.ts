@@ -161,7 +161,7 @@ const fragmentSamples = (bytes: Uint8Array, view: DataView, trackId: number): nu
 
 /**
  * The duration in ms of the first AAC sound track of an MP4/M4A, counted from its frames; null when the file
- * is not MP4, has no such track, or holds none of its frames.
+ * is not MP4 or has no such track; 0 when the track's frames are not in the file.
  */
 export const mp4AacDurationMs = (bytes: Uint8Array): number | null => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -189,7 +189,8 @@ export const mp4AacDurationMs = (bytes: Uint8Array): number | null => {
       const trackId = view.getUint32(tkhd.body + ((bytes[tkhd.body] as number) === 1 ? 20 : 12));
       frames = fragmentSamples(bytes, view, trackId);
     }
-    return frames > 0 ? (frames * framing.frameSamples * 1000) / framing.rate : null;
+    // An AAC track indexing frames that are not in the file (an empty `mdat`) holds no audio: 0.
+    return (frames * framing.frameSamples * 1000) / framing.rate;
   }
   return null;
 };

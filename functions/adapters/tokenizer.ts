@@ -48,4 +48,37 @@ const count = (text: string): number => {
  * differently; these counts size estimates (holds, limit charges, context checks), never the bill
  * when the upstream reports usage.
  */
-export const o200kTokenCounter: TokenCounter = { count };
+/** Texts longer than this are checked against a limit chunk by chunk. */
+const CHUNK = 16_384;
+/**
+ * How many tokens more two chunks may count than the text they were cut from: a cut changes the pre-tokens on
+ * either side of it, a token or two each. Generous, so that a sum less this per cut is still below the real count.
+ */
+const CUT_SLACK = 8;
+
+/** The end of a chunk starting at `at`: after the last whitespace of its final 256 characters, if any. */
+const chunkEnd = (text: string, at: number): number => {
+  const end = Math.min(at + CHUNK, text.length);
+  if (end === text.length) return end;
+  for (let i = end; i > end - SLICE; i--) if (/\s/.test(text[i - 1] as string)) return i;
+  // No whitespace: never split a surrogate pair.
+  const last = text.charCodeAt(end - 1);
+  return last >= 0xd800 && last <= 0xdbff ? end - 1 : end;
+};
+
+const countUpTo = (text: string, limit: number): number => {
+  if (text.length <= 2 * CHUNK) return count(text);
+  // Chunk by chunk, until what is counted, less what the cuts may have added, is past the limit.
+  let tokens = 0;
+  let cuts = 0;
+  for (let at = 0; at < text.length; cuts++) {
+    const end = chunkEnd(text, at);
+    tokens += count(text.slice(at, end));
+    at = end;
+    if (tokens - cuts * CUT_SLACK > limit) return tokens - cuts * CUT_SLACK;
+  }
+  // Within the limit (or close to it): the exact count.
+  return count(text);
+};
+
+export const o200kTokenCounter: TokenCounter = { count, countUpTo };

@@ -149,14 +149,20 @@ export const billedAudioMs = (measuredMs: number, reportedMs: number | null): nu
     ? Math.ceil(reportedMs)
     : measuredMs;
 
-/** The audio duration an upstream's JSON transcription reports (`usage.seconds`, or verbose_json's `duration`). */
+/**
+ * The audio duration an upstream's JSON transcription reports: verbose_json's exact `duration` where there is one,
+ * else `usage.seconds` (whole seconds, rounded up — the rounding is not audio).
+ */
 const reportedMs = (body: Record<string, unknown>): number | null => {
   const usage = body.usage as { type?: unknown; seconds?: unknown } | undefined;
-  const seconds =
-    usage?.type === 'duration' && typeof usage.seconds === 'number' ? usage.seconds : body.duration;
-  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds >= 0 && seconds < 86_400
-    ? seconds * 1000
-    : null;
+  const valid = (s: unknown): s is number =>
+    typeof s === 'number' && Number.isFinite(s) && s >= 0 && s < 86_400;
+  const seconds = valid(body.duration)
+    ? body.duration
+    : usage?.type === 'duration' && valid(usage.seconds)
+      ? usage.seconds
+      : null;
+  return seconds === null ? null : seconds * 1000;
 };
 
 /** A cue's end time in an SRT (`00:01:02,500`) or WebVTT (`01:02.500`, hours optional) timing line. */

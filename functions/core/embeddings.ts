@@ -48,23 +48,29 @@ export const prepareEmbeddings = (
   const context = model.contextWindow ?? DEFAULT_EMBEDDING_CONTEXT;
   let promptTokens = 0;
   inputs.forEach((item, i) => {
-    const count = typeof item === 'string' ? tokens.count(item) : item.length;
+    // Counting stops at what the limits allow: past them the request is refused anyway, and text is counted
+    // before admission, from any key.
+    const count = typeof item === 'string' ? tokens.countUpTo(item, context) : item.length;
     if (count > context) {
       throw new InvalidRequestError(
-        `This model's maximum context length is ${context} tokens, however you requested ${count} tokens in input[${i}]. Please reduce your input.`,
+        `This model's maximum context length is ${context} tokens, however you requested at least ${count} tokens in input[${i}]. Please reduce your input.`,
         'context_length_exceeded',
         { param: single ? 'input' : `input[${i}]` },
       );
     }
     promptTokens += count;
+    if (promptTokens > MAX_EMBEDDING_REQUEST_TOKENS) {
+      const counted =
+        i + 1 < inputs.length
+          ? `at least ${promptTokens} tokens in the first ${i + 1} inputs`
+          : `${promptTokens} tokens across all inputs`;
+      throw new InvalidRequestError(
+        `Requested ${counted}; the maximum per request is ${MAX_EMBEDDING_REQUEST_TOKENS}.`,
+        'context_length_exceeded',
+        { param: 'input' },
+      );
+    }
   });
-  if (promptTokens > MAX_EMBEDDING_REQUEST_TOKENS) {
-    throw new InvalidRequestError(
-      `Requested ${promptTokens} tokens across all inputs; the maximum per request is ${MAX_EMBEDDING_REQUEST_TOKENS}.`,
-      'context_length_exceeded',
-      { param: 'input' },
-    );
-  }
   const dimensions = request.dimensions ?? null;
   if (dimensions !== null && model.dimensions !== undefined && dimensions > model.dimensions) {
     throw new InvalidRequestError(

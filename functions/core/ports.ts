@@ -19,6 +19,11 @@ export type Sleep = (ms: number) => Promise<void>;
 /** Counts tokens of a text with a real tokenizer; used for estimates, never for billing upstream usage. */
 export interface TokenCounter {
   count(text: string): number;
+  /**
+   * `count(text)` when that is at most `limit`; otherwise some number above `limit`, found without counting the
+   * whole text — a size check on a long text costs what the limit allows, not what the text holds.
+   */
+  countUpTo(text: string, limit: number): number;
 }
 
 export interface ApiKeyRecord {

@@ -82,7 +82,7 @@ const listed = (keys: readonly string[]): string =>
     : `${keys.slice(0, LISTED_KEYS).map(shortened).join(', ')} and ${keys.length - LISTED_KEYS} more`;
 
 const LISTED_KEYS = 10;
-const shortened = (name: string): string => (name.length <= 64 ? name : `${name.slice(0, 64)}…`);
+export const shortened = (name: string): string => (name.length <= 64 ? name : `${name.slice(0, 64)}…`);
 
 /** zod's names of the JSON types, as OpenAI's errors say them. */
 const EXPECTED: Readonly<Record<string, string>> = {

@@ -171,7 +171,8 @@ describe('the transcription probe bills what decoders play, not what a header cl
     edited[19] = 0xff;
     edited[20] = (edited[20] as number) | 0xf0;
     expect(Math.abs((flacDurationMs(edited) ?? 0) - 5000)).toBeLessThan(40);
-    expect(flacDurationMs(Buffer.from('fLaC but nothing else at all, not even STREAMINFO'))).toBeNull();
+    // FLAC by its signature, cut inside its metadata: no frame, no audio.
+    expect(flacDurationMs(Buffer.from('fLaC but nothing else at all, not even STREAMINFO'))).toBe(0);
   });
 
   it.each(['mp3', 'flac', 'wav'] as const)(
@@ -277,5 +278,107 @@ describe('the transcription probe bills what decoders play, not what a header cl
     const streamed = Buffer.from(wav);
     streamed.writeUInt32LE(0xffffffff, streamed.indexOf('data') + 4);
     expect(pcmWavDurationMs(streamed)).toBe(1500);
+  });
+
+  describe('a header with no audio behind it, and audio the parser would misread', () => {
+    /** The probe's refusal of `bytes`: its status, code and message. */
+    const refusal = (bytes: Uint8Array) =>
+      musicMetadataProbe.probe(bytes).then(
+        (info) => {
+          throw new Error(`measured ${info.durationMs} ms`);
+        },
+        (error: { status: number; code: string; message: string }) => error,
+      );
+    const NO_AUDIO = {
+      status: 400,
+      code: 'invalid_audio',
+      message: expect.stringContaining('no audio frames'),
+    };
+
+    it('refuses an MP3 that is its Xing frame alone, whatever frame count it claims', async () => {
+      const mp3 = await encodeAudio(makeWav({ durationMs: 3000 }), 'mp3');
+      const tag = Math.max(mp3.indexOf('Xing'), mp3.indexOf('Info'));
+      // The ID3 tag and the first frame (which holds the Xing tag): the next frame's sync ends it.
+      const second = mp3.indexOf(Buffer.from([0xff, (mp3[tag - 36] as number) ?? 0xfb]), tag);
+      const alone = withXingFrames(mp3.subarray(0, second > tag ? second : tag + 200), 3_000_000);
+      expect(await headerMs(alone)).toBeGreaterThan(60 * 60_000);
+      expect(await refusal(alone)).toMatchObject(NO_AUDIO);
+    });
+
+    it('refuses a FLAC that is its metadata alone, and a WAV whose data chunk is empty', async () => {
+      const flac = await encodeAudio(makeWav({ durationMs: 3000 }), 'flac');
+      let at = 4;
+      for (let last = false; !last; ) {
+        last = ((flac[at] as number) & 0x80) !== 0;
+        at += 4 + flac.readUIntBE(at + 1, 3);
+      }
+      const metadataOnly = flac.subarray(0, at);
+      expect(await headerMs(metadataOnly)).toBeGreaterThan(2_900);
+      expect(await refusal(metadataOnly)).toMatchObject(NO_AUDIO);
+
+      const wav = makeWav({ durationMs: 3000 });
+      const data = wav.indexOf('data');
+      const empty = withFactChunk(Buffer.concat([wav.subarray(0, data + 4), Buffer.alloc(4)]), 16_000 * 3600);
+      empty.writeUInt32LE(empty.length - 8, 4);
+      expect(await headerMs(empty)).toBeGreaterThanOrEqual(60 * 60_000);
+      expect(await refusal(empty)).toMatchObject(NO_AUDIO);
+    });
+
+    it('refuses an M4A whose sample table indexes frames its empty mdat does not hold', async () => {
+      const m4a = await encodeAudio(makeWav({ durationMs: 3000 }), 'm4a');
+      const mdat = m4a.indexOf('mdat') - 4;
+      const size = m4a.readUInt32BE(mdat);
+      const header = Buffer.from([0, 0, 0, 8, ...Buffer.from('mdat')]);
+      const emptied = Buffer.concat([m4a.subarray(0, mdat), header, m4a.subarray(mdat + size)]);
+      expect(await headerMs(emptied)).toBeGreaterThan(2_900);
+      expect(await refusal(emptied)).toMatchObject(NO_AUDIO);
+    });
+
+    it('counts both parts of two MP3s of different sample rates joined end to end, as decoders play them', async () => {
+      const low = await encodeAudio(makeWav({ durationMs: 400, sampleRate: 16_000 }), 'mp3');
+      const high = await encodeAudio(makeWav({ durationMs: 6_000, sampleRate: 44_100 }), 'mp3');
+      const joined = Buffer.concat([low, high]);
+      const decoded = await decodeAudio(joined, 'mp3', { truncated: true });
+      expect(decoded.durationMs).toBeGreaterThan(6_000);
+      const { durationMs } = await musicMetadataProbe.probe(joined);
+      expect(Math.abs(durationMs - decoded.durationMs)).toBeLessThan(100);
+    });
+
+    it('measures a WAV by its first fmt chunk, the one decoders read, not a later one', async () => {
+      const wav = makeWav({ durationMs: 4000, sampleRate: 16_000 });
+      const data = wav.indexOf('data');
+      const fmt = wav.subarray(wav.indexOf('fmt '), data);
+      const fast = Buffer.from(fmt);
+      fast.writeUInt32LE(3_072_000, 12); // a second fmt: 192x the rate
+      const twice = Buffer.concat([wav.subarray(0, data), fast, wav.subarray(data)]);
+      twice.writeUInt32LE(twice.length - 8, 4);
+      const decoded = await decodeAudio(twice, 'wav', { truncated: true });
+      expect(Math.abs(decoded.durationMs - 4000)).toBeLessThan(20);
+      expect((await musicMetadataProbe.probe(twice)).durationMs).toBe(4000);
+    });
+
+    it('measures an MP3 behind an ID3 tag decoders do not take for one (version 0xFF) from the start', async () => {
+      const mp3 = await encodeAudio(makeWav({ durationMs: 5000 }), 'mp3');
+      const honest = (await musicMetadataProbe.probe(mp3)).durationMs;
+      const broken = Buffer.from(mp3);
+      expect(broken.subarray(0, 3).toString()).toBe('ID3');
+      broken[3] = 0xff;
+      const { format, durationMs } = await musicMetadataProbe.probe(broken);
+      expect(format).toBe('mp3');
+      expect(Math.abs(durationMs - honest)).toBeLessThan(30);
+    });
+
+    it("tells the client the file is broken in its own words, not the parser's, and a PDF is not audio", async () => {
+      const m4a = await encodeAudio(makeWav({ durationMs: 3000 }), 'm4a');
+      const cut = await refusal(m4a.subarray(0, Math.floor(m4a.length / 5)));
+      expect(cut).toMatchObject({ status: 400, code: 'invalid_audio' });
+      expect(cut.message).toMatch(
+        /^The audio file could not be read: it (is corrupt or cut short|holds no audio frames)\./,
+      );
+      const pdf = Buffer.from(
+        '%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n',
+      );
+      expect(await refusal(pdf)).toMatchObject({ status: 400, code: 'invalid_file_format' });
+    });
   });
 });

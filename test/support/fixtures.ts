@@ -29,7 +29,8 @@ export const deployment = (overrides: Partial<Deployment> = {}): Deployment => (
 });
 
 /** Counts tokens as whitespace-separated words: predictable arithmetic for estimate tests. */
-export const wordCounter = { count: (text: string) => text.split(/\s+/).filter(Boolean).length };
+const words = (text: string) => text.split(/\s+/).filter(Boolean).length;
+export const wordCounter = { count: words, countUpTo: (text: string) => words(text) };
 
 /** A clock tests move by hand. */
 export const manualClock = (start = 1_000_000) => {

@@ -2,6 +2,7 @@ import { TRANSCRIPTION_FORMATS, type TranscriptionFormat, type TranscriptionRequ
 import { InvalidRequestError } from '#core/errors.ts';
 import type { AudioFile } from '#core/upstream.ts';
 import type { MultipartForm } from '../multipart.ts';
+import { shortened } from '../validation.ts';
 
 /** Longest `prompt` accepted; transcription models read a short context, not a document. */
 const MAX_PROMPT_CHARACTERS = 4096;
@@ -33,9 +34,9 @@ export const parseTranscriptionRequest = (
     if (name === 'file') throw invalid('file', 'must be a file upload, not a text field', 'invalid_type');
     if (!SINGLE_FIELDS.has(name)) {
       throw new InvalidRequestError(
-        `Unrecognized request argument supplied: ${name}. This endpoint accepts only documented parameters.`,
+        `Unrecognized request argument supplied: ${shortened(name)}. This endpoint accepts only documented parameters.`,
         'unsupported_parameter',
-        { param: name },
+        { param: shortened(name) },
       );
     }
     if (values.has(name)) throw invalid(name, 'was given more than once');
@@ -44,9 +45,9 @@ export const parseTranscriptionRequest = (
   for (const [name] of form.files) {
     if (name !== 'file') {
       throw new InvalidRequestError(
-        `Unrecognized file field supplied: ${name}. Send the audio as the 'file' field.`,
+        `Unrecognized file field supplied: ${shortened(name)}. Send the audio as the 'file' field.`,
         'unsupported_parameter',
-        { param: name },
+        { param: shortened(name) },
       );
     }
   }

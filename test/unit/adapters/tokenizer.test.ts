@@ -53,4 +53,34 @@ describe('o200kTokenCounter', () => {
     o200kTokenCounter.count(run);
     for (const slice of seen) expect(slice).not.toMatch(/^[\uDC00-\uDFFF]|[\uD800-\uDBFF]$/);
   });
+
+  describe('countUpTo: a size check that costs what the limit allows', () => {
+    const prose = (n: number) =>
+      Array.from({ length: n }, (_, i) => `word${i % 97} 東京${i % 13}。 `).join('');
+
+    it('is the exact count when the text is within the limit, short or long', () => {
+      for (const text of ['', 'hello there', prose(200), prose(9_000)]) {
+        const exact = o200kTokenCounter.count(text);
+        expect(o200kTokenCounter.countUpTo(text, exact)).toBe(exact);
+        expect(o200kTokenCounter.countUpTo(text, exact + 10_000)).toBe(exact);
+      }
+    });
+
+    it('stops early past the limit, with a number that is above the limit and at most the real count', () => {
+      const text = prose(200_000); // ~3.4 MB
+      const exact = o200kTokenCounter.count(text);
+      seen.length = 0;
+      const counted = o200kTokenCounter.countUpTo(text, 8_192);
+      expect(counted).toBeGreaterThan(8_192);
+      expect(counted).toBeLessThanOrEqual(exact);
+      // Only the first chunks were handed to the BPE: a few tens of thousands of characters, not millions.
+      expect(seen.reduce((n, s) => n + s.length, 0)).toBeLessThan(100_000);
+    });
+
+    it('counts one text just over the limit as over it', () => {
+      const text = prose(6_000);
+      const exact = o200kTokenCounter.count(text);
+      expect(o200kTokenCounter.countUpTo(text, exact - 1)).toBeGreaterThan(exact - 1);
+    });
+  });
 });

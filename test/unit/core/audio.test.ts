@@ -62,6 +62,11 @@ describe('transcriptionBody', () => {
     // verbose_json says it as `duration`.
     const verbose = Buffer.from(JSON.stringify({ text: 'hi', duration: 59.5, segments: [] }));
     expect(transcriptionBody('verbose_json', verbose, 360).audioMs).toBe(59_500);
+    // With both, the exact duration: the whole seconds' rounding is not audio (11 s reported for 10.08 s).
+    const both = Buffer.from(
+      JSON.stringify({ text: 'hi', duration: 10.08, usage: { type: 'duration', seconds: 11 } }),
+    );
+    expect(transcriptionBody('verbose_json', both, 2_000).audioMs).toBe(10_080);
     // Nonsense is ignored, not billed.
     for (const seconds of [-1, 'sixty', 1e12, null]) {
       const odd = Buffer.from(JSON.stringify({ text: 'hi', usage: { type: 'duration', seconds } }));

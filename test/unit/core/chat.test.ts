@@ -68,7 +68,7 @@ describe('image input', () => {
 
 describe('the prompt estimate', () => {
   /** One token per character: every character of what the upstream renders shows in the estimate. */
-  const perCharacter = { count: (text: string) => text.length };
+  const perCharacter = { count: (text: string) => text.length, countUpTo: (text: string) => text.length };
   const schema = { name: 'weather', schema: { type: 'object', properties: { city: { type: 'string' } } } };
 
   it('counts a json_schema response format, which the upstream renders into the prompt', () => {

@@ -53,6 +53,30 @@ describe('prepareEmbeddings', () => {
     );
   });
 
+  it('stops counting once the request is past its limits: a text at its context, the inputs at 300,000 tokens', () => {
+    // Counting is CPU before admission, from any key: it must cost what the limits allow, not what was sent.
+    const limits: number[] = [];
+    const counted: string[] = [];
+    const counter = {
+      count: () => {
+        throw new Error('a size check counts up to its limit');
+      },
+      countUpTo: (text: string, limit: number) => {
+        limits.push(limit);
+        counted.push(text);
+        return wordCounter.count(text);
+      },
+    };
+    const wide: Model = { ...embed, contextWindow: 8_192 };
+    const input = Array.from({ length: 2_048 }, () => 'w '.repeat(8_000));
+    expect(() => prepareEmbeddings({ model: 'm', input }, wide, counter)).toThrow(
+      expect.objectContaining({ code: 'context_length_exceeded', param: 'input' }),
+    );
+    // 38 inputs of 8,000 tokens pass 300,000: the other 2,010 are never counted.
+    expect(counted).toHaveLength(38);
+    expect(new Set(limits)).toEqual(new Set([8_192]));
+  });
+
   it('refuses more dimensions than the model has', () => {
     expect(() => prepareEmbeddings({ model: 'm', input: 'x', dimensions: 9 }, embed, wordCounter)).toThrow(
       InvalidRequestError,

@@ -76,4 +76,25 @@ describe('what OpenAI also sends to the audio and embeddings endpoints', () => {
     expect(() => transcription([['stream', 'false']])).not.toThrow();
     expect(() => transcription([['stream', 'true']])).toThrow('streamed transcriptions are not supported');
   });
+
+  it('names an unknown form field cut short, as the JSON endpoints do: the answer stays small', () => {
+    const name = 'x'.repeat(3_000_000);
+    let error: unknown;
+    try {
+      transcription([[name, 'v']]);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toMatchObject({ code: 'unsupported_parameter', param: `${'x'.repeat(64)}…` });
+    expect(JSON.stringify(error).length).toBeLessThan(1_000);
+    expect(() =>
+      parseTranscriptionRequest({
+        fields: [['model', 'svc-stt']],
+        files: [
+          ['file', { bytes: new Uint8Array([1]), filename: 'a.wav', contentType: 'audio/wav' }],
+          [name, { bytes: new Uint8Array([1]), filename: 'b.wav', contentType: 'audio/wav' }],
+        ],
+      }),
+    ).toThrow(expect.objectContaining({ param: `${'x'.repeat(64)}…` }));
+  });
 });
