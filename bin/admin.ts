@@ -27,6 +27,7 @@ import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accoun
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { settlementRecordsOf } from '#adapters/settlement-codec.ts';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
+import { type Dimension, quotaProblem } from '#core/limits.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd, usdToNano } from '#core/pricing.ts';
 import { planSettlement, type SettlementRecord } from '#core/settlement.ts';
 import { tables } from '#lib/resources.ts';
@@ -78,14 +79,28 @@ const target = (env: NodeJS.ProcessEnv): Target => {
   );
 };
 
-const positiveInteger = (value: string | undefined, name: string): number | undefined => {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer`);
+/** A quota as an operator types it: decimal digits only (not `1e6`, `0x10` or `1_000`), then what buckets hold. */
+const quotaValue = (value: string, name: Dimension): number => {
+  const n = /^[0-9]{1,16}$/.test(value) ? Number(value) : Number.NaN;
+  const problem = quotaProblem(name, n);
+  if (problem) throw new UsageError(`--${problem}`);
   return n;
 };
 
 const usd = (nano: number) => (nano / NANO_PER_USD).toFixed(9);
+
+/** How many positional arguments each command takes: one more is a mistake, never silently ignored. */
+const ARITY: Readonly<Record<string, number>> = {
+  'accounts create': 0,
+  'accounts show': 1,
+  'accounts quota': 1,
+  'wallet topup': 2,
+  'wallet show': 1,
+  'settlements replay': 1,
+  'keys create': 1,
+  'keys list': 1,
+  'keys revoke': 2,
+};
 
 export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<string> => {
   if (REGISTRY_GROUPS.has(argv[0] ?? '')) return runRegistryCommand(argv, env);
@@ -123,13 +138,22 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
     if (!account) throw new UsageError(`no account ${id}`);
     return account;
   };
+  const arity = ARITY[`${group} ${command}`];
+  if (arity !== undefined && args.length > arity)
+    throw new UsageError(`unexpected argument "${args[arity]}"\n${USAGE}`);
   try {
     switch (`${group} ${command}`) {
       case 'accounts create': {
-        const account = await accounts.createAccount({
-          ...(values.id ? { id: values.id } : {}),
-          ...(values.name ? { name: values.name } : {}),
-        });
+        const account = await accounts
+          .createAccount({
+            ...(values.id ? { id: values.id } : {}),
+            ...(values.name ? { name: values.name } : {}),
+          })
+          .catch((error: unknown) => {
+            if (error instanceof Error && error.name === 'ConditionalCheckFailedException')
+              throw new UsageError(`account ${values.id} already exists`);
+            throw error;
+          });
         return JSON.stringify(account, null, 2);
       }
       case 'accounts show':
@@ -137,11 +161,13 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       case 'accounts quota': {
         const { id } = await existing(0);
         const quota = {
-          ...(values.rpm ? { rpm: positiveInteger(values.rpm, 'rpm') } : {}),
-          ...(values.rpd ? { rpd: positiveInteger(values.rpd, 'rpd') } : {}),
-          ...(values.tpm ? { tpm: positiveInteger(values.tpm, 'tpm') } : {}),
-          ...(values.tpd ? { tpd: positiveInteger(values.tpd, 'tpd') } : {}),
+          ...(values.rpm !== undefined ? { rpm: quotaValue(values.rpm, 'rpm') } : {}),
+          ...(values.rpd !== undefined ? { rpd: quotaValue(values.rpd, 'rpd') } : {}),
+          ...(values.tpm !== undefined ? { tpm: quotaValue(values.tpm, 'tpm') } : {}),
+          ...(values.tpd !== undefined ? { tpd: quotaValue(values.tpd, 'tpd') } : {}),
         };
+        if (values.clear && Object.keys(quota).length > 0)
+          throw new UsageError('give either --clear or limits, not both');
         if (!values.clear && Object.keys(quota).length === 0)
           throw new UsageError(`give --rpm/--rpd/--tpm/--tpd or --clear\n${USAGE}`);
         await accounting.setQuota(id, values.clear ? null : quota, Date.now());

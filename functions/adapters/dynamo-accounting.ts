@@ -22,8 +22,10 @@ import {
 import {
   type BucketState,
   DIMENSIONS,
+  type Dimension,
   type Limits,
   limitsFor,
+  quotaProblem,
   rescaleBuckets,
   type Tier,
 } from '#core/limits.ts';
@@ -91,6 +93,11 @@ const bucketOf = (item: Record<string, AttributeValue> | undefined): BucketState
   return state;
 };
 
+/** The attribute, on the buckets item and the account profile alike, naming the generation of the limits. */
+const LIMITS_GEN = 'limitsGen';
+const genOf = (item: Record<string, AttributeValue> | undefined): number =>
+  Number(item?.[LIMITS_GEN]?.N ?? 0);
+
 const failed = (reason: CancellationReason | undefined) => reason?.Code === 'ConditionalCheckFailed';
 const conflicted = (reasons: readonly CancellationReason[]) =>
   reasons.some(
@@ -116,6 +123,14 @@ export class TopUpReferenceError extends Error {
   constructor(reference: string) {
     super(`payment reference ${reference} was already credited to another account or with another amount`);
     this.name = 'TopUpReferenceError';
+  }
+}
+
+/** A custom quota the buckets cannot enforce as written (quotaProblem). */
+export class QuotaError extends Error {
+  constructor(problem: string) {
+    super(problem);
+    this.name = 'QuotaError';
   }
 }
 
@@ -156,6 +171,14 @@ export class DynamoAccounting implements AccountingStore {
         conditions.push(`(#d${i} > :now${i} AND #d${i} <= :max${i})`);
       }
     });
+    // The buckets are kept under one generation of the account's limits; increments computed under another (a
+    // profile cached from before a change) would be charged at the wrong rate.
+    names['#gen'] = LIMITS_GEN;
+    if (plan.limitsGen === 0) conditions.push('attribute_not_exists(#gen)');
+    else {
+      values[':gen'] = N(plan.limitsGen);
+      conditions.push('#gen = :gen');
+    }
     const items: TransactWriteItem[] = [
       {
         Update: {
@@ -209,6 +232,7 @@ export class DynamoAccounting implements AccountingStore {
       return {
         ok: false,
         bucket: failed(reasons[0]) ? bucketOf(reasons[0]?.Item) : null,
+        ...(failed(reasons[0]) ? { bucketGen: genOf(reasons[0]?.Item) } : {}),
         wallet: plan.hold && failed(reasons[1]) ? walletOf(reasons[1]?.Item) : null,
         conflict: conflicted(reasons),
       };
@@ -557,13 +581,13 @@ export class DynamoAccounting implements AccountingStore {
       tier: Tier;
       quota: Partial<Limits> | null;
     } | null,
-  ): Promise<{ buckets: TransactWriteItem | null; exists: boolean }> {
+  ): Promise<{ buckets: TransactWriteItem | null; exists: boolean; gen: number }> {
     const [{ Item: profile }, { Item: buckets }] = await Promise.all([
       this.#client.send(
         new GetItemCommand({
           TableName: this.#tables.accounts,
           Key: { pk: S(accountKey(accountId)), sk: S('profile') },
-          ProjectionExpression: 'tier, quota',
+          ProjectionExpression: `tier, quota, ${LIMITS_GEN}`,
           ConsistentRead: true,
         }),
       ),
@@ -575,10 +599,10 @@ export class DynamoAccounting implements AccountingStore {
         }),
       ),
     ]);
-    if (!profile) return { buckets: null, exists: false };
+    if (!profile) return { buckets: null, exists: false, gen: 0 };
     const current = profileOf(accountId, profile);
     const target = next(current);
-    if (!target) return { buckets: null, exists: true };
+    if (!target) return { buckets: null, exists: true, gen: current.limitsGen ?? 0 };
     const state = bucketOf(buckets);
     const rescaled = rescaleBuckets(
       state,
@@ -587,9 +611,18 @@ export class DynamoAccounting implements AccountingStore {
       nowUs,
     );
     const changed = DIMENSIONS.filter((d) => rescaled[d] !== undefined);
-    if (changed.length === 0) return { buckets: null, exists: true };
-    const names: Record<string, string> = {};
-    const values: Record<string, AttributeValue> = {};
+    // A new generation of the limits, on the buckets and (by the caller) on the profile in the same transaction:
+    // admissions computed under the old profile are refused from here on, and retried under the new one.
+    const seenGen = genOf(buckets);
+    const gen = Math.max(seenGen, current.limitsGen ?? 0) + 1;
+    const names: Record<string, string> = { '#gen': LIMITS_GEN };
+    const values: Record<string, AttributeValue> = { ':gen': N(gen) };
+    const conditions = changed.map((_, i) => `#d${i} = :old${i}`);
+    if (seenGen === 0) conditions.push('attribute_not_exists(#gen)');
+    else {
+      values[':seenGen'] = N(seenGen);
+      conditions.push('#gen = :seenGen');
+    }
     changed.forEach((d, i) => {
       names[`#d${i}`] = d;
       values[`:old${i}`] = N(state[d] as number);
@@ -597,12 +630,13 @@ export class DynamoAccounting implements AccountingStore {
     });
     return {
       exists: true,
+      gen,
       buckets: {
         Update: {
           TableName: this.#tables.buckets,
           Key: bucketKey(accountId),
-          UpdateExpression: `SET ${changed.map((_, i) => `#d${i} = :new${i}`).join(', ')}`,
-          ConditionExpression: changed.map((_, i) => `#d${i} = :old${i}`).join(' AND '),
+          UpdateExpression: `SET ${['#gen = :gen', ...changed.map((_, i) => `#d${i} = :new${i}`)].join(', ')}`,
+          ConditionExpression: conditions.join(' AND '),
           ExpressionAttributeNames: names,
           ExpressionAttributeValues: values,
         },
@@ -617,7 +651,8 @@ export class DynamoAccounting implements AccountingStore {
   async setQuota(accountId: string, quota: Partial<Limits> | null, atMs: number): Promise<void> {
     const entries = Object.entries(quota ?? {}).filter(([, v]) => v !== undefined);
     for (const [d, v] of entries) {
-      if (!Number.isInteger(v) || (v as number) < 1) throw new Error(`quota ${d} must be a positive integer`);
+      const problem = quotaProblem(d as Dimension, v as number);
+      if (problem) throw new QuotaError(problem);
     }
     const wanted = entries.length === 0 ? null : (Object.fromEntries(entries) as Partial<Limits>);
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
@@ -632,11 +667,15 @@ export class DynamoAccounting implements AccountingStore {
             TableName: this.#tables.accounts,
             Key: { pk: S(accountKey(accountId)), sk: S('profile') },
             ...(wanted === null
-              ? { UpdateExpression: 'REMOVE quota' }
+              ? {
+                  UpdateExpression: `SET ${LIMITS_GEN} = :gen REMOVE quota`,
+                  ExpressionAttributeValues: { ':gen': N(change.gen) },
+                }
               : {
-                  UpdateExpression: 'SET quota = :quota',
+                  UpdateExpression: `SET quota = :quota, ${LIMITS_GEN} = :gen`,
                   ExpressionAttributeValues: {
                     ':quota': { M: Object.fromEntries(entries.map(([d, v]) => [d, N(v as number)])) },
+                    ':gen': N(change.gen),
                   },
                 }),
             ConditionExpression: 'attribute_exists(pk)',
@@ -667,11 +706,10 @@ export class DynamoAccounting implements AccountingStore {
       const { collected, credited } = applyTopUp(input.amount, before.owed, before.balance);
       const account = accountKey(input.accountId);
       // The first top-up makes the account trusted: what it spent carries into the trusted limits.
-      const upgrade = (
-        await this.#limitsChange(input.accountId, input.at * 1000, (current) =>
-          current.tier === 'trusted' ? null : { tier: 'trusted', quota: current.quota },
-        )
-      ).buckets;
+      const change = await this.#limitsChange(input.accountId, input.at * 1000, (current) =>
+        current.tier === 'trusted' ? null : { tier: 'trusted', quota: current.quota },
+      );
+      const upgrade = change.buckets;
       const items: TransactWriteItem[] = [
         {
           Put: {
@@ -725,11 +763,14 @@ export class DynamoAccounting implements AccountingStore {
           Update: {
             TableName: this.#tables.accounts,
             Key: { pk: S(account), sk: S('profile') },
-            UpdateExpression: 'SET tier = :trusted, trustedAt = if_not_exists(trustedAt, :now)',
+            UpdateExpression: `SET tier = :trusted, trustedAt = if_not_exists(trustedAt, :now)${
+              upgrade ? `, ${LIMITS_GEN} = :gen` : ''
+            }`,
             ConditionExpression: 'attribute_exists(pk)',
             ExpressionAttributeValues: {
               ':trusted': S('trusted'),
               ':now': S(new Date(input.at).toISOString()),
+              ...(upgrade ? { ':gen': N(change.gen) } : {}),
             },
           },
         },

@@ -67,6 +67,7 @@ export const profileOf = (id: string, item: Record<string, AttributeValue>): Acc
   id,
   tier: item.tier?.S === 'trusted' ? 'trusted' : 'unverified',
   quota: quotaOf(item),
+  limitsGen: Number(item.limitsGen?.N ?? 0),
 });
 
 export class DynamoAccounts implements AccountDirectory {
@@ -134,7 +135,10 @@ export class DynamoAccounts implements AccountDirectory {
       new GetItemCommand({
         TableName: this.#table,
         Key: accountKey(id),
-        ProjectionExpression: 'tier, quota',
+        ProjectionExpression: 'tier, quota, limitsGen',
+        // Strongly consistent: admission reloads a profile when the buckets say its limits changed, and an
+        // eventually consistent read could return the old one again.
+        ConsistentRead: true,
       }),
     );
     return Item ? profileOf(id, Item) : null;

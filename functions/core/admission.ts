@@ -121,8 +121,8 @@ export class Admission {
   }
 
   async #admit(principal: Principal, request: AdmissionRequest): Promise<Admitted> {
-    const profile = await this.#profile(principal.accountId);
-    const limits = limitsFor(profile.tier, profile.quota);
+    let profile = await this.#profile(principal.accountId);
+    let limits = limitsFor(profile.tier, profile.quota);
     const charges = chargesFor(request.estimatedTokens);
     const maxAttempts = this.#options.maxAttempts ?? 4;
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
@@ -177,6 +177,7 @@ export class Admission {
           requestId: request.requestId,
           dimensions,
           hold,
+          limitsGen: profile.limitsGen ?? 0,
         });
       } catch (error) {
         throw new ServiceUnavailableError(
@@ -206,6 +207,14 @@ export class Admission {
       if (result.conflict) {
         // Jittered, growing pause so colliding transactions spread out.
         await this.#options.sleep(this.#options.random() * 5 * 2 ** attempt);
+        continue;
+      }
+      if (result.bucket && (result.bucketGen ?? 0) !== (profile.limitsGen ?? 0)) {
+        // The account's limits changed since this instance cached its profile (a first top-up, a new quota): the
+        // buckets were rescaled to the new limits. Admit under those, from the state the store reported.
+        profile = await this.#profile(principal.accountId, true);
+        limits = limitsFor(profile.tier, profile.quota);
+        this.#buckets.set(principal.accountId, { state: result.bucket, limits });
         continue;
       }
       const actual = result.bucket ?? known;
@@ -242,10 +251,11 @@ export class Admission {
     return { ...memory.state, ...rescaleBuckets(memory.state, memory.limits, limits, nowUs) };
   }
 
-  async #profile(accountId: string): Promise<AccountProfile> {
+  async #profile(accountId: string, reload = false): Promise<AccountProfile> {
     let profile: AccountProfile | null;
     try {
-      profile = await this.#options.accounts.get(accountId);
+      const { accounts } = this.#options;
+      profile = await (reload ? accounts.reload(accountId) : accounts.get(accountId));
     } catch (error) {
       throw new ServiceUnavailableError(
         'The account store is unreachable; the request was not served.',
@@ -296,7 +306,8 @@ const DIMENSION_LABELS = {
 
 /**
  * The OpenAI-style limit headers. Each pair of buckets (per minute, per day) is reported by the tighter one:
- * the one with fewer units left, which is what the next call can count on (the minute's on a tie).
+ * the one with fewer units left, which is what the next call can count on; on a tie, the one that takes longer to
+ * reset (with both empty, the later one is when a call is admitted again).
  */
 export const rateLimitHeaders = (
   limits: Limits,
@@ -306,7 +317,10 @@ export const rateLimitHeaders = (
   const tighter = (minute: Dimension, day: Dimension) => {
     const perMinute = statusOf(minute, limits[minute], state[minute], nowUs);
     const perDay = statusOf(day, limits[day], state[day], nowUs);
-    return perDay.remaining < perMinute.remaining ? perDay : perMinute;
+    return perDay.remaining < perMinute.remaining ||
+      (perDay.remaining === perMinute.remaining && perDay.resetUs > perMinute.resetUs)
+      ? perDay
+      : perMinute;
   };
   const requests = tighter('rpm', 'rpd');
   const tokens = tighter('tpm', 'tpd');

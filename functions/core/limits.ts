@@ -38,6 +38,28 @@ export const limitsFor = (tier: Tier, quota?: Partial<Limits> | null): Limits =>
 export const emissionUs = (dimension: Dimension, limit: number): number =>
   Math.ceil(PERIOD_US[dimension] / limit);
 
+/** Largest custom quota a dimension takes: past it the JSON number, and a header's parse, lose digits. */
+export const MAX_QUOTA = 1_000_000_000_000;
+
+/**
+ * Why `value` cannot be a custom quota of `dimension`, or null when it can. Buckets count whole microseconds per
+ * unit, so a limit whose interval is not a whole number of µs is enforced at the rate of the rounded-up interval:
+ * 40,000,000 tokens a minute (1.5 µs) would run at 30,000,000. A quota enforced more than 1 % below what it says
+ * is refused, naming the nearest ones that hold.
+ */
+export const quotaProblem = (dimension: Dimension, value: number): string | null => {
+  if (!Number.isSafeInteger(value) || value < 1 || value > MAX_QUOTA)
+    return `${dimension} must be a whole number from 1 to ${MAX_QUOTA}`;
+  const enforced = Math.floor(PERIOD_US[dimension] / emissionUs(dimension, value));
+  if (enforced >= value * 0.99) return null;
+  const below = Math.floor(PERIOD_US[dimension] / Math.ceil(PERIOD_US[dimension] / value));
+  const above = Math.floor(PERIOD_US[dimension] / Math.floor(PERIOD_US[dimension] / value));
+  return (
+    `${dimension} ${value} would be enforced as ${enforced}: the limits count whole microseconds per unit. ` +
+    `Choose one whose interval is whole, e.g. ${below}${above !== below && Number.isFinite(above) ? ` or ${above}` : ''}`
+  );
+};
+
 /**
  * The bucket's depth: `limit` units' worth of intervals. Equal to the period when the interval divides it
  * exactly, a hair longer when it was rounded up — so a burst of exactly `limit` always fits.

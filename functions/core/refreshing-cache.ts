@@ -43,6 +43,11 @@ export class RefreshingCache<V> {
     return this.#refresh(key);
   }
 
+  /** The value loaded again now, whatever the cache holds: for a caller that learnt the cached one is stale. */
+  reload(key: string): Promise<V> {
+    return this.#refresh(key);
+  }
+
   #refresh(key: string): Promise<V> {
     let pending = this.#loading.get(key);
     if (pending) return pending;

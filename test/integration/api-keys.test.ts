@@ -82,6 +82,31 @@ describe('API keys through the admin CLI', () => {
     }
   });
 
+  it('refuses a quota the buckets would not enforce as written, a stray argument, and an account id taken', async () => {
+    for (const [args, message] of [
+      // Not decimal digits: read by Number() these were 1e30 and 16.
+      [['--rpm', '1e30'], 'rpm must be a whole number'],
+      [['--rpm', '0x10'], 'rpm must be a whole number'],
+      [['--tpm', '99999999999999999999'], 'tpm must be a whole number'],
+      // 1.5 µs a token, enforced at 2: 30,000,000 a minute.
+      [['--tpm', '40000000'], 'tpm 40000000 would be enforced as 30000000'],
+      [['--rpm', '5', '--clear'], 'either --clear or limits'],
+    ] as const) {
+      await expect(admin('accounts', 'quota', accountId, ...args)).rejects.toMatchObject({
+        code: 2,
+        stderr: expect.stringContaining(message),
+      });
+    }
+    expect(JSON.parse(await admin('accounts', 'show', accountId))).toMatchObject({ quota: null });
+    await expect(
+      admin('wallet', 'topup', accountId, '5', 'extra', '--reference', 'pay_stray'),
+    ).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('unexpected argument "extra"') });
+    await expect(admin('accounts', 'create', '--id', accountId)).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining(`account ${accountId} already exists`),
+    });
+  });
+
   it('stores only the SHA-256 of a key, never the key', async () => {
     const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
     const { Items = [] } = await client.send(

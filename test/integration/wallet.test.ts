@@ -138,6 +138,61 @@ describe('top-ups', () => {
     );
   });
 
+  it.each([
+    [
+      'the first top-up',
+      async (id: string) => {
+        await h.accounting.topUp({
+          accountId: id,
+          amount: usdToNano(1),
+          reference: `c-${id}`,
+          at: h.clock.now(),
+        });
+      },
+    ],
+    [
+      'a raised quota',
+      async (id: string) => {
+        await h.accounting.setQuota(id, { rpm: 1000, rpd: 20_000 }, h.clock.now());
+      },
+    ],
+  ])(
+    'charge calls under the new limits after %s, though the instance admitting them still caches the old profile',
+    async (_, change) => {
+      const id = await newAccount();
+      // An instance whose cache of the account outlives the change (up to ACCOUNT_CACHE_TTL_MS in production).
+      const cached = new Admission({
+        store: h.accounting,
+        accounts: new RefreshingCache({
+          load: (accountId: string) => h.accounts.findAccount(accountId),
+          clock: h.clock,
+          ttlMs: 60 * 60_000,
+        }),
+        clock: h.clock,
+        random: () => 0,
+        sleep: async () => {},
+        holdTtlMs: 30 * 60_000,
+      });
+      const call = (n: number) =>
+        cached.admit(principal(id), { requestId: `c-${id}-${n}`, estimatedTokens: 10, holdAmount: 0 });
+      expect((await call(0)).headers['x-ratelimit-limit-requests']).toBe('30');
+      await change(id);
+      let last = await call(1);
+      for (let n = 2; n <= 10; n++) last = await call(n);
+      // 11 requests spent of the new 1000 a minute: each of the 10 after the change charged at 60 ms, not at the
+      // old 2 s (which spent 20 s of the new minute, a third of it, on 10 calls).
+      expect(last.headers['x-ratelimit-limit-requests']).toBe('1000');
+      expect(last.headers['x-ratelimit-remaining-requests']).toBe('989');
+      // And the store agrees: an instance that never saw the old profile finds the same.
+      const fresh = await instanceOn(h.accounting).admit(principal(id), {
+        requestId: `f-${id}`,
+        estimatedTokens: 10,
+        holdAmount: 0,
+      });
+      expect(fresh.headers['x-ratelimit-remaining-requests']).toBe('988');
+    },
+  );
+
   it('stop at the most a wallet holds, so money stays exact; racing top-ups cannot pass it together', async () => {
     const id = await newAccount();
     const topUp = (amount: number, reference: string) =>

@@ -112,6 +112,16 @@ describe('header figures', () => {
     expect(rateLimitHeaders(TIER_LIMITS.trusted, {}, NOW)['x-ratelimit-limit-requests']).toBe('1000');
   });
 
+  it('on a tie, come from the bucket that takes longer to reset: with both empty, that is when a call fits again', () => {
+    // A quota of 30 a day on an account allowed 30 a minute, all 30 spent in a burst just now.
+    const limits = { rpm: 30, rpd: 30, tpm: 100_000, tpd: 1_000_000 };
+    const state = { rpm: NOW + 30 * emissionUs('rpm', 30), rpd: NOW + 30 * emissionUs('rpd', 30) };
+    const headers = rateLimitHeaders(limits, state, NOW);
+    expect(headers['x-ratelimit-remaining-requests']).toBe('0');
+    expect(headers['x-ratelimit-reset-requests']).toBe(formatDuration(30 * emissionUs('rpd', 30)));
+    expect(headers['x-ratelimit-reset-requests']).toBe('24h0m0s');
+  });
+
   it('format durations as OpenAI does', () => {
     expect(formatDuration(0)).toBe('0s');
     expect(formatDuration(1_500_000)).toBe('1.5s');
