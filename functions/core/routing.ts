@@ -17,14 +17,17 @@ const NO_PROBES: ReadonlyMap<string, ProbeToken> = new Map();
  * 1. a half-open deployment whose probe this request claimed (it must be tried to recover);
  * 2. healthy deployments, by ascending priority, weighted-random within a priority;
  * 3. degraded deployments (closed but failing or slow), the same way.
- * Open circuits are skipped. If that leaves nothing, the model has no eligible deployment: 429
- * `engine_overloaded` when every circuit opened on overloads (busy — retry later), else 503.
+ * Open circuits are skipped, and so are deployments of weight 0: the operator's way to drain one (ADR 0006). If
+ * that leaves nothing, the model has no eligible deployment: 429 `engine_overloaded` when every circuit opened on
+ * overloads (busy — retry later), else 503.
  */
-export const planRoute = (
-  deployments: readonly Deployment[],
-  random: Random,
-  health?: HealthBoard,
-): RoutePlan => {
+export const planRoute = (listed: readonly Deployment[], random: Random, health?: HealthBoard): RoutePlan => {
+  const deployments = listed.filter((d) => d.weight > 0);
+  if (deployments.length === 0) {
+    throw new ServiceUnavailableError(
+      `No deployment of \`${listed[0]?.model ?? 'this model'}\` is available right now.`,
+    );
+  }
   if (!health) return { deployments: byPriority(deployments, random), probes: NO_PROBES };
   const probing: Deployment[] = [];
   const probes = new Map<string, ProbeToken>();

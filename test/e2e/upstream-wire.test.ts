@@ -52,7 +52,32 @@ beforeAll(async () => {
       raw += chunk.toString();
     });
     req.on('end', () => {
-      const body = JSON.parse(raw) as { messages: { content: string }[] };
+      const body = JSON.parse(raw) as { messages: { content: string }[]; stream?: boolean };
+      if (body.messages.some((msg) => msg.content.includes('mode=aggregator-error'))) {
+        // An aggregator's failure (OpenRouter's form): a chunk with a top-level error and finish_reason "error",
+        // then the usage and [DONE] as if the reply had finished.
+        const [role, hello, , , usage] = chunks() as Record<string, unknown>[];
+        const failed = {
+          ...hello,
+          error: { code: 502, message: 'Provider returned error' },
+          choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+        };
+        if (body.stream === false) {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          return void res.end(
+            JSON.stringify({
+              ...failed,
+              object: 'chat.completion',
+              choices: [{ index: 0, message: { role: 'assistant', content: '' }, finish_reason: 'error' }],
+              usage: usage?.usage,
+            }),
+          );
+        }
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        for (const chunk of [role, hello, failed, usage]) res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+        res.end('data: [DONE]\n\n');
+        return;
+      }
       const mode = Object.keys(MODES).find((m) =>
         body.messages.some((msg) => msg.content.includes(`mode=${m}`)),
       );
@@ -109,4 +134,29 @@ describe('an upstream stream written differently', () => {
       expect(record?.cost).toBeGreaterThan(0);
     },
   );
+});
+
+describe("an aggregator's error inside a 200", () => {
+  it('mid-stream: ends the stream with an explicit error event, uncharged, never relaying finish_reason "error"', async () => {
+    const { text } = await stream('aggregator-error');
+    const events = sseEvents(text);
+    expect(text).not.toContain('"finish_reason":"error"');
+    const last = JSON.parse(events.at(-1) as string) as { error?: { code: string } };
+    expect(last.error).toMatchObject({ code: 'stream_interrupted' });
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
+  });
+
+  it('in a non-stream reply: an upstream failure, not a completion that finished', async () => {
+    await drainSettlements(t.stack);
+    const res = await t.post('/chat/completions', {
+      model: MODEL,
+      stream: false,
+      messages: [{ role: 'user', content: 'mode=aggregator-error' }],
+    });
+    expect(res.status).toBeGreaterThanOrEqual(500);
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ cost: 0 });
+    expect(record?.outcome).not.toBe('success');
+  });
 });

@@ -62,8 +62,13 @@ const unsupported = (message: string, param: string | null): UpstreamFailure =>
     upstreamError: { message, type: 'invalid_request_error', code: 'unsupported_parameter', param },
   });
 
+/**
+ * A value OpenAI takes but the Messages API cannot (tool arguments that are not an object, an image URL of another
+ * scheme, a conversation with no user or assistant turn): `unsupported` too — the answer must not depend on which
+ * deployment the route tried first — with the value named for the client should no deployment serve it.
+ */
 const invalid = (message: string, param: string): UpstreamFailure =>
-  new UpstreamFailure('rejected', message, {
+  new UpstreamFailure('unsupported', message, {
     upstreamError: { message, type: 'invalid_request_error', code: 'invalid_value', param },
   });
 
@@ -72,7 +77,7 @@ const invalid = (message: string, param: string): UpstreamFailure =>
 
 /**
  * The Messages API body for a chat-completions upstream body (core/chat.ts `upstreamChatBody`, with the
- * deployment's upstream model already in `model`). Throws `UpstreamFailure('rejected')` for what cannot be
+ * deployment's upstream model already in `model`). Throws `UpstreamFailure('unsupported')` for what cannot be
  * expressed.
  */
 export const toMessagesRequest = (body: Json): Json => {
@@ -98,6 +103,8 @@ export const toMessagesRequest = (body: Json): Json => {
     if (last?.role === role) mergeBlocks(last.content, blocks);
     else messages.push({ role, content: blocks });
   });
+  if (messages.length === 0)
+    throw invalid('This model needs at least one user or assistant message with content.', 'messages');
   const formatInstruction = responseFormatInstruction(body.response_format);
   if (formatInstruction !== null) system.push(formatInstruction);
 
@@ -189,11 +196,12 @@ const partBlocks = (part: ContentPart, param: string): Block[] => {
   return [{ type: 'image', source: imageSource(part.image_url.url, param) }];
 };
 
-const DATA_URL = /^data:([^;,]+);base64,(.*)$/s;
+/** A base64 data URL, its scheme and `;base64` in any case (RFC 2397), as our validation takes it. */
+const DATA_URL = /^data:([^;,]+);base64,(.*)$/is;
 
 const imageSource = (url: string, param: string): ImageBlock['source'] => {
   const data = DATA_URL.exec(url);
-  if (data) return { type: 'base64', media_type: data[1] as string, data: data[2] as string };
+  if (data) return { type: 'base64', media_type: (data[1] as string).toLowerCase(), data: data[2] as string };
   if (/^https?:\/\//i.test(url)) return { type: 'url', url };
   throw invalid('Image URLs must be http(s) URLs or base64 data URLs.', param);
 };
@@ -320,9 +328,21 @@ export const finishReason = (stopReason: unknown): FinishReason => {
  * - 400 `invalid_request_error`, 413 `request_too_large`, other 4xx → `rejected`: not retried, a 400 for
  *   the client, as the openai-compatible adapter does.
  */
-export const anthropicFailureKind = (status: number, errorType: string | null): FailureKind => {
+/**
+ * Anthropic says our account is out of credit with a 400 `invalid_request_error` ("Your credit balance is too low to
+ * access the Anthropic API…"), not a 402: it is our provider account that cannot pay, like a bad key — another
+ * deployment may serve — and the client must not be told our billing state as if its request were at fault.
+ */
+const OUT_OF_CREDIT = /credit balance is too low/i;
+
+export const anthropicFailureKind = (
+  status: number,
+  errorType: string | null,
+  message: string | null = null,
+): FailureKind => {
   if (status === 529 || errorType === 'overloaded_error' || status === 429) return 'overloaded';
   if (status === 401 || status === 402 || status === 403) return 'auth';
+  if (status === 400 && message !== null && OUT_OF_CREDIT.test(message)) return 'auth';
   if (status >= 500 || status === 404 || status === 408 || status === 409) return 'server_error';
   if (status >= 400) return 'rejected';
   return 'protocol';
@@ -332,7 +352,7 @@ export const anthropicStatusFailure = (
   status: number,
   upstreamError: UpstreamErrorBody | null,
 ): UpstreamFailure => {
-  const kind = anthropicFailureKind(status, upstreamError?.type ?? null);
+  const kind = anthropicFailureKind(status, upstreamError?.type ?? null, upstreamError?.message ?? null);
   return new UpstreamFailure(
     kind,
     `upstream status ${status}${upstreamError?.type ? ` (${upstreamError.type})` : ''}`,
@@ -429,7 +449,8 @@ export interface StreamOptions extends Relabel {
  * - `content_block_start` of a `tool_use` → a tool-call chunk with id and name; text deltas → content chunks;
  *   `input_json_delta` → tool-call argument chunks (indexed by tool call, not by content block);
  * - `message_delta` → the finish_reason chunk; `message_stop` → the usage-only chunk, and the end;
- * - `ping`, `content_block_stop`, thinking deltas → nothing; `error` → thrown `UpstreamFailure`.
+ * - `content_block_stop` of a tool call that streamed no arguments → its arguments `{}`;
+ * - `ping`, other `content_block_stop`s, thinking deltas → nothing; `error` → thrown `UpstreamFailure`.
  *
  * Usage is the merge of `message_start`'s (input side) and `message_delta`'s (cumulative counts).
  */
@@ -441,6 +462,8 @@ export class MessagesStreamTranslator {
   readonly #toolIndex = new Map<number, number>();
   #usage: Json = {};
   #finished = false;
+  /** Tool calls (by OpenAI index) whose arguments have been sent. */
+  readonly #toolsWithArguments = new Set<number>();
 
   constructor(options: StreamOptions) {
     this.#options = options;
@@ -487,6 +510,7 @@ export class MessagesStreamTranslator {
         if (delta.type === 'input_json_delta' && typeof delta.partial_json === 'string') {
           const index = this.#toolIndex.get(Number(event.index));
           if (index === undefined || delta.partial_json === '') return [];
+          this.#toolsWithArguments.add(index);
           return [
             this.#chunk(
               `{"tool_calls":[{"index":${index},"function":{"arguments":${JSON.stringify(delta.partial_json)}}}]}`,
@@ -513,10 +537,19 @@ export class MessagesStreamTranslator {
           },
         ];
       }
+      case 'content_block_stop': {
+        // A tool called with no arguments streams no input_json_delta at all, leaving its arguments "" — which
+        // `JSON.parse` (the openai SDK's finalChatCompletion) refuses. OpenAI sends "{}", as the non-stream
+        // translation does.
+        const index = this.#toolIndex.get(Number(event.index));
+        if (index === undefined || this.#toolsWithArguments.has(index)) return [];
+        this.#toolsWithArguments.add(index);
+        return [this.#chunk(`{"tool_calls":[{"index":${index},"function":{"arguments":"{}"}}]}`)];
+      }
       case 'error':
         throw streamErrorFailure(event);
       default:
-        // ping, content_block_stop, and event types added to the API later.
+        // ping and event types added to the API later.
         return [];
     }
   }

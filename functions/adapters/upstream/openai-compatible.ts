@@ -30,6 +30,12 @@ export class OpenAiCompatibleChat implements ChatProvider {
     const body = await readJsonObject(response, MAX_REPLY_BYTES);
     if (!Array.isArray(body.choices))
       throw new UpstreamFailure('protocol', 'upstream body is not a chat completion');
+    // An aggregator's failure inside a 200 (a top-level `error`, a choice finished with "error"): not a reply.
+    if (
+      (typeof body.error === 'object' && body.error !== null) ||
+      body.choices.some((c) => (c as { finish_reason?: unknown } | null)?.finish_reason === 'error')
+    )
+      throw new UpstreamFailure('server_error', 'upstream reply reports an error');
     body.model = call.publicModel;
     return { body, usage: parseOpenAiUsage(body.usage) };
   }
@@ -65,7 +71,24 @@ export class OpenAiCompatibleChat implements ChatProvider {
 /** Largest non-stream reply read; far above any real completion. */
 const MAX_REPLY_BYTES = 64 * 1024 * 1024;
 
-const isErrorEvent = (data: string): boolean => data.startsWith('{"error"');
+/**
+ * Whether an upstream event reports a failure rather than output: OpenAI-style `{"error":…}` events, and the
+ * aggregators' form (OpenRouter's), a chunk carrying a top-level `error` object and `finish_reason: "error"`. Relayed,
+ * the latter would read as a reply that finished and be charged; and "error" is no finish reason OpenAI clients
+ * know. Outside string values a `"error"` key is a key, so only chunks containing one are parsed.
+ */
+const isErrorEvent = (data: string): boolean => {
+  if (data.startsWith('{"error"')) return true;
+  if (!data.includes('"error"')) return false;
+  if (FINISHED_IN_ERROR.test(data)) return true;
+  try {
+    const error = (JSON.parse(data) as { error?: unknown }).error;
+    return typeof error === 'object' && error !== null;
+  } catch {
+    return false;
+  }
+};
+const FINISHED_IN_ERROR = /"finish_reason"\s*:\s*"error"/;
 
 /** Iterates the upstream events after the first, relabelled; ends at `[DONE]`, throws on anything else. */
 class RelayedStream implements ChatStream {

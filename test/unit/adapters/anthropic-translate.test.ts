@@ -139,8 +139,36 @@ describe('toMessagesRequest', () => {
         }),
       ),
     );
-    expect(failure.kind).toBe('rejected');
+    // Another deployment (an OpenAI-compatible one) may take it: 'unsupported' moves the route on, and the
+    // client gets this 400 only when none can.
+    expect(failure.kind).toBe('unsupported');
     expect(failure.upstreamError?.param).toBe('messages[0].content[0]');
+  });
+
+  it('reads a data URL whose scheme and `;base64` are upper case, as our validation accepts it', () => {
+    const body = toMessagesRequest(
+      chatBody({
+        messages: [
+          {
+            role: 'user',
+            content: [{ type: 'image_url', image_url: { url: 'DATA:Image/PNG;BASE64,iVBORw0K' } }],
+          },
+        ],
+      }),
+    ) as { messages: { content: { source: unknown }[] }[] };
+    expect(body.messages[0]?.content[0]?.source).toEqual({
+      type: 'base64',
+      media_type: 'image/png',
+      data: 'iVBORw0K',
+    });
+  });
+
+  it('cannot send a conversation of system messages alone (Messages needs a turn): another deployment may', () => {
+    const failure = rejectedWith(() =>
+      toMessagesRequest(chatBody({ messages: [{ role: 'system', content: 'Be brief.' }] })),
+    );
+    expect(failure).toMatchObject({ kind: 'unsupported' });
+    expect(failure.upstreamError?.param).toBe('messages');
   });
 
   it('maps tools and every tool_choice form', () => {
@@ -253,7 +281,7 @@ describe('toMessagesRequest', () => {
         }),
       ),
     );
-    expect(failure).toMatchObject({ kind: 'rejected' });
+    expect(failure).toMatchObject({ kind: 'unsupported' });
     expect(failure.upstreamError?.param).toBe('messages[0].tool_calls[0].function.arguments');
   });
 
@@ -431,6 +459,18 @@ describe('anthropicFailureKind', () => {
     expect(anthropicFailureKind(status, type)).toBe(kind);
   });
 
+  it("reads Anthropic's out-of-credit 400 as our provider account's failure, not the client's request", () => {
+    const failure = anthropicStatusFailure(400, {
+      message:
+        'Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.',
+      type: 'invalid_request_error',
+      code: null,
+      param: null,
+    });
+    // 'auth': the next deployment is tried, the deployment's health counts it, the client never sees it.
+    expect(failure).toMatchObject({ kind: 'auth', status: 400 });
+  });
+
   it('keeps the upstream’s message for the client on a rejection', () => {
     const failure = anthropicStatusFailure(400, {
       message: 'messages: roles must alternate',
@@ -581,6 +621,30 @@ describe('MessagesStreamTranslator', () => {
       { tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] },
     ]);
     expect(chunks[5]).toMatchObject({ choices: [{ finish_reason: 'tool_calls' }] });
+  });
+
+  it('gives a tool called with no arguments "{}" as its arguments, as OpenAI does, not ""', () => {
+    const { chunks } = translate([
+      start(),
+      {
+        type: 'content_block_start',
+        index: 0,
+        content_block: { type: 'tool_use', id: 'toolu_n', name: 'get_time', input: {} },
+      },
+      { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '' } },
+      { type: 'content_block_stop', index: 0 },
+      { type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 3 } },
+      { type: 'message_stop' },
+    ]);
+    const args = chunks
+      .flatMap(
+        (c) => (c.choices as { delta: { tool_calls?: { function: { arguments?: string } }[] } }[]) ?? [],
+      )
+      .flatMap((choice) => choice.delta.tool_calls ?? [])
+      .map((call) => call.function.arguments ?? '')
+      .join('');
+    expect(args).toBe('{}');
+    expect(JSON.parse(args)).toEqual({});
   });
 
   it('yields nothing for ping, block stops and thinking deltas', () => {

@@ -34,8 +34,18 @@ describe('planRoute', () => {
     expect(firsts.heavy / 4000).toBeLessThan(0.8);
   });
 
-  it('never puts a zero-weight deployment first while another can serve', () => {
+  it('drains a zero-weight deployment: never in the plan, whatever its priority, and 503 when none is left', () => {
     const group = [deployment({ id: 'off', weight: 0 }), deployment({ id: 'on', weight: 1 })];
-    for (let i = 0; i < 100; i++) expect(planRoute(group, Math.random).deployments[0]?.id).toBe('on');
+    for (let i = 0; i < 100; i++)
+      expect(planRoute(group, Math.random).deployments.map((d) => d.id)).toEqual(['on']);
+    // Alone at the first priority: drained all the same, not tried before the next priority's.
+    const first = [
+      deployment({ id: 'off', weight: 0, priority: 1 }),
+      deployment({ id: 'next', priority: 2 }),
+    ];
+    expect(planRoute(first, Math.random).deployments.map((d) => d.id)).toEqual(['next']);
+    expect(() => planRoute([deployment({ id: 'off', weight: 0 })], Math.random)).toThrow(
+      expect.objectContaining({ status: 503, code: 'no_eligible_model' }),
+    );
   });
 });
