@@ -74,6 +74,15 @@ const renderTotals = (report) => {
     ongoing.length > 0 ? `Ongoing incident: ${ongoing[0].name}` : 'All systems operational';
 };
 
+/** What the chart's picture says, for a screen reader: its days and its peak, or that there is nothing to draw. */
+const chartLabel = (days, peak) => {
+  if (days.length === 0) return 'Tokens per day: no days reported';
+  const first = days[0].day;
+  const last = days.at(-1).day;
+  const span = first === last ? first : `${first} to ${last}`;
+  return `Tokens per day, ${span}; peak ${integer.format(peak)}`;
+};
+
 /**
  * Tokens per UTC day as an inline SVG bar chart, drawn at the figure's own width so its labels keep their
  * size on a phone and on a desktop alike.
@@ -82,25 +91,42 @@ const renderChart = (days) => {
   const figure = document.getElementById('tokens-chart');
   const width = Math.max(240, Math.round(figure.clientWidth - 24));
   const height = 180;
-  const left = 44;
   const bottom = 22;
   const top = 8;
   const plot = height - bottom - top;
-  const max = Math.max(1, ...days.map((d) => d.tokens));
-  const step = (width - left) / Math.max(1, days.length);
+  // The true peak: a chart of idle days peaks at 0, and every bar is then drawn as a zero bar, so nothing is
+  // ever divided by it.
+  const peak = days.reduce((most, d) => Math.max(most, d.tokens), 0);
   const chart = svg('svg', {
     viewBox: `0 0 ${width} ${height}`,
     role: 'img',
-    'aria-label': `Tokens per day, ${days[0]?.day ?? ''} to ${days.at(-1)?.day ?? ''}; peak ${integer.format(max)}`,
+    'aria-label': chartLabel(days, peak),
   });
+  const peakLabel = svg(
+    'text',
+    { class: 'axis peak', y: top + 4, 'text-anchor': 'end' },
+    compact.format(peak),
+  );
+  const zeroLabel = svg('text', { class: 'axis', y: top + plot, 'text-anchor': 'end' }, '0');
+  chart.append(peakLabel, zeroLabel);
+  figure.querySelector('svg')?.remove();
+  figure.prepend(chart);
+  // The plot starts right of the y-axis labels, measured now that they are drawn: "1K" and "9007.2T" differ by
+  // a factor of four, and a fixed margin either wastes a phone's width or cuts the peak's leading digits off.
+  // (Unmeasurable when the figure is hidden: then a generous 8 px per character.)
+  const labelWidth = Math.max(
+    ...[peakLabel, zeroLabel].map((t) => t.getComputedTextLength() || (t.textContent ?? '').length * 8),
+  );
+  // 4 px clear of the chart's edge, the labels, 6 px before the plot.
+  const left = 4 + Math.ceil(labelWidth) + 6;
+  for (const label of [peakLabel, zeroLabel]) label.setAttribute('x', String(left - 6));
+  const step = (width - left) / Math.max(1, days.length);
   chart.append(
     svg('line', { class: 'grid', x1: left, x2: width, y1: top, y2: top }),
     svg('line', { class: 'grid', x1: left, x2: width, y1: top + plot, y2: top + plot }),
-    svg('text', { class: 'axis', x: left - 6, y: top + 4, 'text-anchor': 'end' }, compact.format(max)),
-    svg('text', { class: 'axis', x: left - 6, y: top + plot, 'text-anchor': 'end' }, '0'),
   );
   days.forEach((d, i) => {
-    const h = d.tokens === 0 ? 1 : Math.max(2, (d.tokens / max) * plot);
+    const h = d.tokens === 0 ? 1 : Math.max(2, (d.tokens / peak) * plot);
     const bar = svg('rect', {
       class: d.tokens === 0 ? 'bar zero' : 'bar',
       x: (left + i * step + step * 0.15).toFixed(2),
@@ -121,8 +147,6 @@ const renderChart = (days) => {
       svg('text', { class: 'axis', x: width, y: height - 6, 'text-anchor': 'end' }, last),
     );
   }
-  figure.querySelector('svg')?.remove();
-  figure.prepend(chart);
 };
 
 const renderIncidents = (incidents) => {
@@ -168,8 +192,8 @@ const render = (report) => {
       [m.id],
       [integer.format(m.requests), 'num'],
       [integer.format(m.tokens), 'num'],
-      [`${percent(m.uptime_percent)} (${integer.format(m.faults)} faults)`, 'num'],
-      [statusTag(m.status)],
+      [`${percent(m.uptime_percent)} (${integer.format(m.faults)} faults)`, 'num wide'],
+      [statusTag(m.status), 'wide'],
     ],
     'No model has been called yet.',
   );
@@ -178,10 +202,10 @@ const render = (report) => {
     report.frontier_models,
     (m) => [
       [m.id],
-      [m.family],
+      [m.family, 'wide'],
       [integer.format(m.requests), 'num'],
       [integer.format(m.tokens), 'num'],
-      [statusTag(m.status)],
+      [statusTag(m.status), 'wide'],
     ],
     'No frontier model listed.',
   );
