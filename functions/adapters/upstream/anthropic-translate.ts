@@ -115,7 +115,7 @@ export const toMessagesRequest = (body: Json): Json => {
   };
   if (system.length > 0) out.system = system.join('\n\n');
   const thinking = body.thinking;
-  if (thinking !== undefined) out.thinking = thinking;
+  if (thinking !== undefined) out.thinking = thinkingWithin(thinking, out.max_tokens as number);
   else {
     if (typeof body.temperature === 'number') out.temperature = Math.min(1, Math.max(0, body.temperature));
     if (typeof body.top_p === 'number') out.top_p = body.top_p;
@@ -126,6 +126,12 @@ export const toMessagesRequest = (body: Json): Json => {
   if (tools.length > 0) {
     out.tools = tools;
     const choice = toToolChoice(body.tool_choice);
+    // With extended thinking Messages takes only `auto` and `none`: a forced tool call cannot be asked of it.
+    if (thinking !== undefined && choice !== null && choice.type !== 'auto' && choice.type !== 'none')
+      throw unsupported(
+        "This model's provider cannot force a tool call while it reasons; use tool_choice 'auto'.",
+        'tool_choice',
+      );
     if (choice !== null) out.tool_choice = choice;
   }
   if (body.stream === true) out.stream = true;
@@ -141,6 +147,26 @@ const mergeBlocks = (into: Block[], blocks: readonly Block[]): void => {
       into.splice(at === -1 ? into.length : at, 0, block);
     }
   }
+};
+
+/** The least thinking budget Messages takes. */
+const MIN_THINKING_BUDGET = 1024;
+
+/**
+ * The deployment's thinking settings within the call's `max_tokens`: Messages counts thinking inside `max_tokens`,
+ * as OpenAI counts reasoning inside `max_completion_tokens`, and refuses a budget that is not below it. A budget
+ * above what the client allowed is lowered to fit; a cap too small for any budget cannot be served with thinking.
+ */
+const thinkingWithin = (thinking: unknown, maxTokens: number): unknown => {
+  const settings = thinking as { type?: unknown; budget_tokens?: unknown } | null;
+  if (settings?.type !== 'enabled' || typeof settings.budget_tokens !== 'number') return thinking;
+  if (settings.budget_tokens < maxTokens) return thinking;
+  if (maxTokens <= MIN_THINKING_BUDGET)
+    throw unsupported(
+      `This model reasons within max_tokens and needs more than ${MIN_THINKING_BUDGET} of them; raise max_tokens.`,
+      'max_tokens',
+    );
+  return { ...settings, budget_tokens: maxTokens - 1 };
 };
 
 const maxTokens = (body: Json): number => {

@@ -310,11 +310,42 @@ describe('toMessagesRequest', () => {
 
   it('passes a deployment’s thinking parameter through, without the sampling knobs Anthropic then refuses', () => {
     const thinking = { type: 'enabled', budget_tokens: 1024 };
-    const out = toMessagesRequest(chatBody({ thinking, top_p: 0.5, reasoning_effort: 'medium' }));
+    const out = toMessagesRequest(
+      chatBody({ thinking, top_p: 0.5, reasoning_effort: 'medium', max_tokens: 4096 }),
+    );
     expect(out.thinking).toEqual(thinking);
     expect(out).not.toHaveProperty('temperature');
     expect(out).not.toHaveProperty('top_p');
     expect(out).not.toHaveProperty('reasoning_effort');
+  });
+
+  it('fits the thinking budget within max_tokens, which Messages requires it to stay below', () => {
+    const thinking = { type: 'enabled', budget_tokens: 2048 };
+    // Reasoning counts inside max_tokens, as in OpenAI's max_completion_tokens: the budget shrinks to fit.
+    expect(toMessagesRequest(chatBody({ thinking, max_tokens: 1500 })).thinking).toEqual({
+      type: 'enabled',
+      budget_tokens: 1499,
+    });
+    expect(toMessagesRequest(chatBody({ thinking, max_tokens: 8000 })).thinking).toEqual(thinking);
+    // No budget fits under 1025 (Messages' least is 1024): another deployment may serve it, else a 400 that says so.
+    expect(rejectedWith(() => toMessagesRequest(chatBody({ thinking, max_tokens: 500 })))).toMatchObject({
+      kind: 'unsupported',
+      upstreamError: { param: 'max_tokens' },
+    });
+  });
+
+  it('cannot force a tool call while thinking (Messages takes only auto and none then)', () => {
+    const thinking = { type: 'enabled', budget_tokens: 1024 };
+    const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+    const body = (tool_choice: unknown) => chatBody({ thinking, max_tokens: 4096, tools, tool_choice });
+    expect(rejectedWith(() => toMessagesRequest(body('required')))).toMatchObject({
+      kind: 'unsupported',
+      upstreamError: { param: 'tool_choice' },
+    });
+    expect(
+      rejectedWith(() => toMessagesRequest(body({ type: 'function', function: { name: 'f' } }))),
+    ).toMatchObject({ kind: 'unsupported' });
+    expect(toMessagesRequest(body('auto')).tool_choice).toEqual({ type: 'auto' });
   });
 });
 
