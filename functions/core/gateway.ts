@@ -66,7 +66,11 @@ export class Gateway {
   }
 
   async resolve(modelId: string, kind: ModelKind, call: CallRecorder): Promise<Resolved> {
-    const resolved = (await this.#deps.catalog()).resolve(modelId, kind);
+    const catalog = await this.#deps.catalog();
+    // Recorded before resolving: a call that names a listed model is that model's also when nothing can serve it
+    // (its 503 for want of an eligible deployment is a fault in the model's row, ADR 0008).
+    call.model = catalog.named(modelId, kind);
+    const resolved = catalog.resolve(modelId, kind);
     call.model = resolved.model;
     return resolved;
   }

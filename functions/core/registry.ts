@@ -158,6 +158,16 @@ export class Catalog {
     return { model, deployments };
   }
 
+  /**
+   * The listed (active) model of this kind that `modelId` names, if any, whether or not anything can serve it:
+   * what a call is counted under in the usage report even when it fails before `resolve` returns (ADR 0008).
+   * Any other string names no model.
+   */
+  named(modelId: string, kind: ModelKind): Model | null {
+    const model = this.models.get(modelId);
+    return model?.status === 'active' && model.kind === kind ? model : null;
+  }
+
   /** Active models of a kind, for the catalog listing. */
   list(kind?: ModelKind): Model[] {
     return [...this.models.values()].filter(

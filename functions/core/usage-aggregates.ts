@@ -12,9 +12,10 @@ export interface AggregateIncrement {
    * What is counted:
    * - `model#<id>` (`model#-` for calls without a valid model): requests, successes, faults, tokens, …;
    * - `status#<group>#<status>`: the error funnel's `count`;
-   * - `minutes#<HH>`: one UTC hour's per-minute counters `r<MM>` (calls the platform was asked to serve:
-   *   successes and faults, not the caller's own errors), `e<MM>` (5xx of a model or `platform`), `o<MM>` (429
-   *   `engine_overloaded`) and `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
+   * - `minutes#<HH>`: one UTC hour's per-minute counters, each call in the minute it ended (on that minute's day):
+   *   `r<MM>` (calls the platform was asked to serve: successes and faults, not the caller's own errors), `e<MM>`
+   *   (5xx of a model or `platform`), `o<MM>` (429 `engine_overloaded`) and `u<MM>` (503s of the `incident`
+   *   group) — what incident detection reads (ADR 0008).
    */
   readonly subject: string;
   readonly counters: Readonly<Record<string, number>>;
@@ -22,6 +23,7 @@ export interface AggregateIncrement {
 
 /** One fault for the report's recent-faults list. `detail` is fixed text built from the record's fields. */
 export interface FaultEntry {
+  /** When the call failed (its end, not its arrival), epoch ms. */
   readonly at: number;
   readonly day: string;
   readonly requestId: string;
@@ -71,9 +73,18 @@ const funnelStatus = (record: SettlementRecord): number =>
 
 const pad2 = (n: number): string => String(n).padStart(2, '0');
 
+/**
+ * When the call ended (epoch ms, whole): when its outcome became known — a stream that breaks a minute after it
+ * began failed then, not when it arrived. Minutes and faults are dated by it (ADR 0008).
+ */
+export const endedAt = (record: SettlementRecord): number => {
+  const { receivedAt, totalMs } = record.timings;
+  return Math.floor(receivedAt + (Number.isFinite(totalMs) && totalMs > 0 ? totalMs : 0));
+};
+
 export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] => {
-  const at = record.timings.receivedAt;
-  const day = utcDay(at);
+  // The call's rows (model, funnel) are on the day it arrived, with its tokens, as the ledger dates it.
+  const day = utcDay(record.timings.receivedAt);
   const success = isCharged(record.outcome);
   const fault = PLATFORM_FAULTS.has(record.outcome);
   const tokens = success && record.usage ? tokensOf(record.usage) : 0;
@@ -111,12 +122,15 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
     });
   }
   // The caller's own errors say nothing about the platform's health: they stay out of the minute counters.
+  // Every call is counted in the minute it ended, successes as faults, so that a minute's failures are compared
+  // with the calls that ended with them, and a minute once past is not rewritten by a call that fails later.
   if (success || fault) {
-    const time = new Date(at);
+    const ended = endedAt(record);
+    const time = new Date(ended);
     const minute = pad2(time.getUTCMinutes());
     const group = fault ? funnelGroup(record) : null;
     increments.push({
-      day,
+      day: utcDay(ended),
       subject: `minutes#${pad2(time.getUTCHours())}`,
       counters: {
         [`r${minute}`]: 1,
@@ -195,9 +209,11 @@ export const faultDetail = (record: SettlementRecord): string => {
  */
 export const faultFor = (record: SettlementRecord): FaultEntry | null => {
   if (!PLATFORM_FAULTS.has(record.outcome)) return null;
+  // Dated when the call failed, as its minute is: a broken stream is listed at its break, not its start.
+  const at = endedAt(record);
   return {
-    at: record.timings.receivedAt,
-    day: utcDay(record.timings.receivedAt),
+    at,
+    day: utcDay(at),
     requestId: record.requestId,
     group: funnelGroup(record),
     status: funnelStatus(record),

@@ -1,11 +1,19 @@
 import { CallRecorder } from '#core/call-recorder.ts';
-import { ApiError } from '#core/errors.ts';
+import { ApiError, InvalidRequestError } from '#core/errors.ts';
 import { countUpstreamCalls } from '#core/fallback.ts';
+import type { ModelKind } from '#core/registry.ts';
 import type { Endpoint } from '#core/settlement.ts';
 import type { Container } from '#functions/container.ts';
 import { afterResponse } from './after-response.ts';
 import { httpHandler } from './handler.ts';
-import { type HttpEvent, type HttpResponse, header, type LambdaContext, requestIdOf } from './lambda.ts';
+import {
+  type HttpEvent,
+  type HttpResponse,
+  header,
+  jsonBody,
+  type LambdaContext,
+  requestIdOf,
+} from './lambda.ts';
 
 export type InferenceFn = (
   event: HttpEvent,
@@ -39,6 +47,7 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
           },
         };
       } catch (error) {
+        if (error instanceof InvalidRequestError) await noteNamedModel(event, call, c);
         call.failed(error);
         call.responding();
         // Limit headers from admission ride on errors too (a refusal sets its own, which win).
@@ -49,6 +58,31 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
     },
     () => container().log,
   );
+
+/** The kind of model each endpoint serves. */
+const KIND: Readonly<Record<Endpoint, ModelKind>> = {
+  'chat.completions': 'chat',
+  embeddings: 'embedding',
+  'audio.transcriptions': 'transcription',
+  'audio.speech': 'speech',
+};
+
+/**
+ * A request refused as invalid before its model was resolved (a parameter off the whitelist) still named a
+ * model: it is counted under it in the usage report when the catalog lists that model for this endpoint, and
+ * under `-` otherwise — a string the catalog does not list never becomes a row (ADR 0008). Reads the JSON body
+ * again, on this error path only; a body that is not JSON (a multipart upload) names nothing here.
+ */
+const noteNamedModel = async (event: HttpEvent, call: CallRecorder, c: Container): Promise<void> => {
+  if (call.model !== null) return;
+  try {
+    const body = jsonBody(event, c.config.maxJsonBodyBytes);
+    const id = typeof body === 'object' && body !== null && 'model' in body ? body.model : undefined;
+    if (typeof id === 'string') call.model = (await c.registry.catalog()).named(id, KIND[call.endpoint]);
+  } catch {
+    // Not JSON, or no catalog to ask: the call stays under `-`, and the client gets the 400 all the same.
+  }
+};
 
 /** Time kept at the end of an invocation to end a stream and send its settlement record. */
 const SETTLE_MARGIN_MS = 10_000;

@@ -124,7 +124,8 @@ beforeAll(async () => {
   const absorbed = await call(at0(), ok(FAMA), () => chat(demo, chatBody(FAMA)));
   expect(absorbed.headers.get('x-svc-provider')).toBe('sim-b');
   t.simulator.resetFaults();
-  await call(at0(), { model: null, status: 400, detail: 'invalid request' }, () =>
+  // Refused before its model was resolved, but it named a listed model: counted in that model's row.
+  await call(at0(), { model: FAMA, status: 400, detail: 'invalid request' }, () =>
     chat(demo, chatBody(FAMA, { acct_demo_secret_param: 1 })),
   );
   await call(at0(), { model: null, status: 401, detail: 'missing or invalid API key' }, () =>
@@ -269,10 +270,10 @@ describe('usage.json after a known workload', () => {
       .sort((a, b) => a.localeCompare(b))
       .map((id) => ({ id, requests: 0, tokens: 0, uptime_percent: 100, faults: 0, status: 'live' }));
     expect(later.models).toEqual([
-      // 9 successes, 1 broken stream; the 429 and the 402 were the callers'.
+      // 9 successes, 1 broken stream; the 400, the 429 and the 402 were the callers'.
       {
         id: FAMA,
-        requests: 12,
+        requests: 13,
         tokens: tokensOf(FAMA),
         uptime_percent: 90,
         faults: 1,

@@ -6,6 +6,7 @@ import { type AggregateRow, buildUsageReport, windowDays } from '#core/usage-rep
 import { chatModel } from '#test/fixtures.ts';
 
 const T0 = Date.UTC(2026, 10, 22, 12, 0);
+const SEC = 1_000;
 const MIN = 60_000;
 const DAY = 86_400_000;
 
@@ -112,6 +113,19 @@ describe('the usage aggregates settlement writes', () => {
     expect(
       minuteCounters(failed('unavailable', 503, 'registry_empty', { at, model: null, accountId: null })),
     ).toEqual({ r07: 1, u07: 1 });
+  });
+
+  it('put a call’s minute and fault on the day it ended, its model row and funnel on the day it arrived', () => {
+    const lateEvening = Date.UTC(2026, 10, 21, 23, 59, 30);
+    const broken = failed('stream_interrupted', 200, 'dropped', {
+      timings: { receivedAt: lateEvening, firstByteMs: 5, totalMs: 50_000 },
+    });
+    expect(aggregatesFor(broken).map((i) => [i.day, i.subject])).toEqual([
+      ['2026-11-21', 'model#famA-a'],
+      ['2026-11-21', 'status#famA-a#500'],
+      ['2026-11-22', 'minutes#00'],
+    ]);
+    expect(faultFor(broken)).toMatchObject({ day: '2026-11-22', at: lateEvening + 50_000 });
   });
 
   it('file a 503 for want of an eligible model under `incident`, the store’s under `platform`', () => {
@@ -279,10 +293,11 @@ describe('buildUsageReport', () => {
       },
     ]);
     expect(report(workload, T0 + 22 * MIN).incidents[0]).toMatchObject({ status: 'ONGOING', end: null });
+    // Dated when each call ended: 10 ms after it arrived.
     expect(r.recent_faults.map((f) => [f.at, f.group, f.status])).toEqual([
-      ['2026-11-22T12:20:00.000Z', 'incident', 503],
-      ['2026-11-22T12:00:04.000Z', 'famA-a', 500],
-      ['2026-11-20T12:00:00.000Z', 'famB-x', 500],
+      ['2026-11-22T12:20:00.010Z', 'incident', 503],
+      ['2026-11-22T12:00:04.010Z', 'famA-a', 500],
+      ['2026-11-20T12:00:00.010Z', 'famB-x', 500],
     ]);
   });
 
@@ -342,7 +357,48 @@ describe('buildUsageReport', () => {
     );
     const r = report(many);
     expect(r.recent_faults).toHaveLength(20);
-    expect(r.recent_faults[0]?.at).toBe('2026-11-22T12:00:24.000Z');
+    expect(r.recent_faults[0]?.at).toBe('2026-11-22T12:00:24.010Z');
+  });
+
+  it('dates a fault, and counts its minute, when the call failed, not when it arrived', () => {
+    const took = (at: number, ms: number) => ({
+      at,
+      timings: { receivedAt: at, firstByteMs: 5, totalMs: ms },
+    });
+    const records = [
+      // Minute 0: one quick success, and three streams that began in it and broke 65 s later, in minute 1.
+      call(),
+      ...[1, 2, 3].map((i) => failed('stream_interrupted', 200, 'dropped', took(T0 + i * SEC, 65 * SEC))),
+      // A slow call that arrived in minute 0 and failed in minute 2; a quick one that failed in minute 1.
+      failed('upstream_error', 500, 'server_error', took(T0 + 4 * SEC, 2 * MIN + 30 * SEC)),
+      failed('upstream_error', 500, 'server_error', took(T0 + MIN + 30 * SEC, 10)),
+    ];
+    // As of 12:00:50 minute 0 was clean, nothing having failed yet; it stays clean once the failures are settled:
+    // the outage is minutes 1 and 2, when the calls failed.
+    expect(report(records.slice(0, 1), T0 + 50 * SEC).incidents).toEqual([]);
+    const r = report(records);
+    expect(r.incidents).toEqual([
+      expect.objectContaining({
+        start: '2026-11-22T12:01:00.000Z',
+        end: '2026-11-22T12:03:00.000Z',
+        downtime_minutes: 2,
+      }),
+    ]);
+    // Newest failure first, whenever the calls arrived.
+    expect(r.recent_faults.map((f) => f.at)).toEqual([
+      '2026-11-22T12:02:34.000Z',
+      '2026-11-22T12:01:30.010Z',
+      '2026-11-22T12:01:08.000Z',
+      '2026-11-22T12:01:07.000Z',
+      '2026-11-22T12:01:06.000Z',
+    ]);
+    // A report as of a moment after the calls arrived but before they failed lists none of them.
+    expect(report(records, T0 + 50 * SEC).recent_faults).toEqual([]);
+
+    const minuteCounters = (r: SettlementRecord) =>
+      aggregatesFor(r).find((i) => i.subject.startsWith('minutes#'))?.counters;
+    expect(minuteCounters(records[1] as SettlementRecord)).toEqual({ r01: 1, e01: 1 });
+    expect(minuteCounters(records[4] as SettlementRecord)).toEqual({ r02: 1, e02: 1 });
   });
 
   it('says nothing of accounts, keys or what callers sent', () => {
