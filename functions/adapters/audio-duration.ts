@@ -120,17 +120,21 @@ const runAt = (bytes: Uint8Array, at: number, count: number): boolean => {
 
 /**
  * The duration of an MPEG audio stream in ms, counted frame by frame (tag frames excluded), or null when no run of
- * frames is found. Until the stream is established, a frame counts only when the next one follows it exactly (or
- * it ends the data), so sync-like bytes in a tag are not taken for audio. After that, any frame with the stream's
- * signature counts, wherever the walk resyncs to it — as decoders resync past junk between frames, which a client
- * could otherwise insert to break every chain. A run of frames of another signature (another sample rate or
- * version: files joined end to end) is a new stream, which decoders play too: it counts from there on.
+ * frames is found. Until a stream is established, a frame counts only when the next one follows it exactly (or it
+ * ends the data), or when it begins at or after the end of an earlier frame of its signature — decoders resync past
+ * junk a client puts after every frame, the first included. After that, any frame of an established stream's
+ * signature counts, wherever the walk resyncs to it. A run of frames of another signature (another sample rate or
+ * version: files joined end to end) is one more stream, which decoders play too; the earlier ones stay established,
+ * so a few frames at another rate cannot make the rest of a file stop counting.
  */
 export const mpegDurationMs = (bytes: Uint8Array): number | null => {
   let at = afterId3v2(bytes);
   const counted = new SampleCount();
   let frames = 0;
-  let signature: number | null = null;
+  /** The signatures of the streams established so far. */
+  const established = new Set<number>();
+  /** Before any is: per signature, the earliest end of a frame of it seen (and not counted). */
+  const seenEnd = new Map<number, number>();
   let first = true;
   while (at + 4 <= bytes.length) {
     const frame = mpegFrameAt(bytes, at);
@@ -140,14 +144,20 @@ export const mpegDurationMs = (bytes: Uint8Array): number | null => {
     }
     const next = at + frame.length;
     const own = signatureOf(bytes, at);
-    const counts =
-      signature !== null
-        ? own === signature || runAt(bytes, at, NEW_STREAM_RUN)
-        : next === bytes.length ||
-          mpegFrameAt(bytes, next) !== null ||
-          // The ID3v1 tag ("TAG") or APE tag that may close the file.
-          (bytes[next] === 0x54 && bytes[next + 1] === 0x41 && bytes[next + 2] === 0x47) ||
-          (next + 8 <= bytes.length && String.fromCharCode(...bytes.subarray(next, next + 8)) === 'APETAGEX');
+    let counts: boolean;
+    if (established.size > 0) counts = established.has(own) || runAt(bytes, at, NEW_STREAM_RUN);
+    else {
+      const earlier = seenEnd.get(own);
+      counts =
+        next === bytes.length ||
+        mpegFrameAt(bytes, next) !== null ||
+        (earlier !== undefined && earlier <= at) ||
+        // The ID3v1 tag ("TAG") or APE tag that may close the file.
+        (bytes[next] === 0x54 && bytes[next + 1] === 0x41 && bytes[next + 2] === 0x47) ||
+        (next + 8 <= bytes.length && String.fromCharCode(...bytes.subarray(next, next + 8)) === 'APETAGEX');
+      // The earliest end: a sync-like pattern inside a frame's data must not push it past the next real frame.
+      if (!counts) seenEnd.set(own, Math.min(earlier ?? next, next));
+    }
     if (!counts) {
       at++;
       continue;
@@ -156,7 +166,7 @@ export const mpegDurationMs = (bytes: Uint8Array): number | null => {
       counted.add(frame.samples, frame.sampleRate);
       frames++;
     }
-    if (!first) signature = own;
+    if (!first) established.add(own);
     first = false;
     at = next;
   }
@@ -274,6 +284,21 @@ const flacFrameAt = (bytes: Uint8Array, at: number): FlacFrame | null => {
   return { number, variable, blockSize, sampleRate };
 };
 
+/** How far past a FLAC frame's header its successor is looked for: more than any frame of real audio spans. */
+const FLAC_FRAME_REACH = 1 << 20;
+
+/** Whether the next frame header after the one at `at` continues its sequence (frame or sample number). */
+const continuesAt = (bytes: Uint8Array, at: number, frame: FlacFrame): boolean => {
+  const expected = frame.variable ? frame.number + frame.blockSize : frame.number + 1;
+  const end = Math.min(bytes.length - 1, at + FLAC_FRAME_REACH);
+  for (let i = at + 1; i < end; i++) {
+    if (bytes[i] !== 0xff) continue;
+    const next = flacFrameAt(bytes, i);
+    if (next !== null && next.variable === frame.variable && next.number === expected) return true;
+  }
+  return false;
+};
+
 /**
  * The duration of a FLAC stream in ms, counted from its frames — for a stream whose STREAMINFO gives no sample
  * count (written to a pipe, it cannot) or a wrong one — or null when it is not FLAC. Each frame adds its own block
@@ -305,7 +330,14 @@ export const flacDurationMs = (bytes: Uint8Array): number | null => {
   for (; at < bytes.length - 1; at++) {
     if (bytes[at] !== 0xff) continue;
     const frame = flacFrameAt(bytes, at);
-    if (frame === null || frame.number !== (frame.variable ? nextSample : nextNumber)) continue;
+    if (frame === null) continue;
+    // A stream cut from a longer one (`ffmpeg -ss … -c copy`, a capture joined mid-stream) starts past frame 0:
+    // its first frame is taken where the frame after it follows in sequence.
+    if (nextNumber === 0 && frame.number !== 0 && continuesAt(bytes, at, frame)) {
+      nextNumber = frame.number;
+      nextSample = frame.number;
+    }
+    if (frame.number !== (frame.variable ? nextSample : nextNumber)) continue;
     const rate = frame.sampleRate ?? streamRate;
     if (rate === 0) continue;
     counted.add(frame.blockSize, rate);

@@ -15,32 +15,81 @@ const SLICE = 256;
 // Whitespace runs too: 80,000 tabs and spaces took 19 s.
 const LONG_RUN = new RegExp(`\\S{${SLICE + 1},}|\\s{${SLICE + 1},}`, 'g');
 
-const countSlices = (run: string): number => {
-  let tokens = 0;
+/** A long run's slices, in order; never splitting a surrogate pair (each half would count as an unknown byte). */
+function* slicesOf(run: string): Generator<string> {
   for (let at = 0; at < run.length; ) {
     let end = Math.min(at + SLICE, run.length);
-    // Never split a surrogate pair: the halves would each count as an unknown byte sequence.
     const last = run.charCodeAt(end - 1);
     if (end < run.length && last >= 0xd800 && last <= 0xdbff) end--;
-    tokens += countTokens(run.slice(at, end), PLAIN_TEXT);
+    yield run.slice(at, end);
     at = end;
   }
+}
+
+/** What the BPE is handed for `text`, in order: the text between long runs whole, each long run in slices. */
+function* piecesOf(text: string): Generator<string> {
+  if (text.length <= SLICE) {
+    if (text.length > 0) yield text;
+    return;
+  }
+  let from = 0;
+  for (const match of text.matchAll(LONG_RUN)) {
+    if (match.index > from) yield text.slice(from, match.index);
+    yield* slicesOf(match[0]);
+    from = match.index + match[0].length;
+  }
+  if (from < text.length) yield from === 0 ? text : text.slice(from);
+}
+
+const count = (text: string): number => {
+  let tokens = 0;
+  for (const piece of piecesOf(text)) tokens += countTokens(piece, PLAIN_TEXT);
   return tokens;
 };
 
-const count = (text: string): number => {
-  if (text.length === 0) return 0;
-  if (text.length <= SLICE) return countTokens(text, PLAIN_TEXT);
-  let tokens = 0;
-  let from = 0;
-  for (const match of text.matchAll(LONG_RUN)) {
-    if (match.index > from) tokens += countTokens(text.slice(from, match.index), PLAIN_TEXT);
-    tokens += countSlices(match[0]);
-    from = match.index + match[0].length;
+/** Longest piece a size check hands the BPE at once; text between long runs is cut (at whitespace) to it. */
+const CHUNK = 16_384;
+/**
+ * How many tokens more the two sides of a cut may count than the text they were cut from: a cut changes the
+ * pre-tokens on either side of it, a token or two each. Generous, so that a sum less this per cut is still below
+ * the real count. (Only cuts inside a piece count: the pieces themselves are what `count` sums.)
+ */
+const CUT_SLACK = 8;
+
+/** `piece` in parts of at most CHUNK characters, cut after a whitespace where one is near, with how many cuts. */
+function* partsOf(piece: string): Generator<string> {
+  for (let at = 0; at < piece.length; ) {
+    let end = Math.min(at + CHUNK, piece.length);
+    if (end < piece.length) {
+      let cut = end;
+      while (cut > end - SLICE && !/\s/.test(piece[cut - 1] as string)) cut--;
+      if (cut > end - SLICE) end = cut;
+      else {
+        const last = piece.charCodeAt(end - 1);
+        if (last >= 0xd800 && last <= 0xdbff) end--;
+      }
+    }
+    yield piece.slice(at, end);
+    at = end;
   }
-  if (from === 0) return countTokens(text, PLAIN_TEXT);
-  if (from < text.length) tokens += countTokens(text.slice(from), PLAIN_TEXT);
-  return tokens;
+}
+
+const countUpTo = (text: string, limit: number): number => {
+  if (text.length <= 2 * CHUNK) return count(text);
+  // What `count` would sum, piece by piece, until it is surely past the limit: long pieces are cut, and each cut
+  // may add up to CUT_SLACK, which the running figure leaves out so that it never exceeds the real count.
+  let tokens = 0;
+  let cuts = 0;
+  for (const piece of piecesOf(text)) {
+    let parts = 0;
+    for (const part of partsOf(piece)) {
+      tokens += countTokens(part, PLAIN_TEXT);
+      if (parts++ > 0) cuts++;
+      if (tokens - cuts * CUT_SLACK > limit) return tokens - cuts * CUT_SLACK;
+    }
+  }
+  // Within the limit (or close to it): exact when nothing was cut, else counted again whole.
+  return cuts === 0 ? tokens : count(text);
 };
 
 /**
@@ -48,37 +97,4 @@ const count = (text: string): number => {
  * differently; these counts size estimates (holds, limit charges, context checks), never the bill
  * when the upstream reports usage.
  */
-/** Texts longer than this are checked against a limit chunk by chunk. */
-const CHUNK = 16_384;
-/**
- * How many tokens more two chunks may count than the text they were cut from: a cut changes the pre-tokens on
- * either side of it, a token or two each. Generous, so that a sum less this per cut is still below the real count.
- */
-const CUT_SLACK = 8;
-
-/** The end of a chunk starting at `at`: after the last whitespace of its final 256 characters, if any. */
-const chunkEnd = (text: string, at: number): number => {
-  const end = Math.min(at + CHUNK, text.length);
-  if (end === text.length) return end;
-  for (let i = end; i > end - SLICE; i--) if (/\s/.test(text[i - 1] as string)) return i;
-  // No whitespace: never split a surrogate pair.
-  const last = text.charCodeAt(end - 1);
-  return last >= 0xd800 && last <= 0xdbff ? end - 1 : end;
-};
-
-const countUpTo = (text: string, limit: number): number => {
-  if (text.length <= 2 * CHUNK) return count(text);
-  // Chunk by chunk, until what is counted, less what the cuts may have added, is past the limit.
-  let tokens = 0;
-  let cuts = 0;
-  for (let at = 0; at < text.length; cuts++) {
-    const end = chunkEnd(text, at);
-    tokens += count(text.slice(at, end));
-    at = end;
-    if (tokens - cuts * CUT_SLACK > limit) return tokens - cuts * CUT_SLACK;
-  }
-  // Within the limit (or close to it): the exact count.
-  return count(text);
-};
-
 export const o200kTokenCounter: TokenCounter = { count, countUpTo };

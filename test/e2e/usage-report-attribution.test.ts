@@ -40,6 +40,14 @@ beforeAll(async () => {
   // A validation error (a parameter off the whitelist) on a listed model, and on a string no catalog lists.
   await chat(T0 + SEC, { model: FAMA, thinking: { type: 'enabled' } }, 400);
   await chat(T0 + 2 * SEC, { model: UNKNOWN, thinking: { type: 'enabled' } }, 400);
+  // The same 400 on the listed model without a key (the body is checked before the key): no row's to raise.
+  clock.advance(SEC / 2);
+  const keyless = await fetch(`${t.baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: FAMA, messages: [{ role: 'user', content: 'hi' }], thinking: {} }),
+  });
+  expect(keyless.status).toBe(400);
   // The stranded model serves once, then loses every deployment: 503, no eligible model.
   await chat(T0 + 3 * SEC, { model: STRANDED }, 200);
   const registry = t.stack.container.registryStore;
@@ -52,7 +60,7 @@ beforeAll(async () => {
   );
   await t.stack.container.registry.refresh();
   for (let i = 0; i < 2; i++) await chat(T0 + MIN + i * SEC, { model: STRANDED }, 503);
-  report = (await settledReport(t, 5, T0 + 10 * MIN, undefined, 2)).report;
+  report = (await settledReport(t, 6, T0 + 10 * MIN, undefined, 2)).report;
 }, 120_000);
 afterAll(() => t?.stop());
 
@@ -60,7 +68,8 @@ describe('usage.json model rows for calls that failed before their model was res
   const row = (id: string) => report.models.find((m) => m.id === id);
 
   it('counts a request refused as invalid in the row of the listed model it named, as the caller’s error', () => {
-    expect(report.totals.requests).toBe(5);
+    expect(report.totals.requests).toBe(6);
+    // The keyed call's; the keyless one is left to `-`.
     expect(row(FAMA)).toEqual({
       id: FAMA,
       requests: 1,
@@ -70,7 +79,7 @@ describe('usage.json model rows for calls that failed before their model was res
       status: 'live',
     });
     expect(report.error_funnel).toContainEqual(
-      expect.objectContaining({ group: 'agent-error', status: 400, count: 2 }),
+      expect.objectContaining({ group: 'agent-error', status: 400, count: 3 }),
     );
   });
 
@@ -91,8 +100,9 @@ describe('usage.json model rows for calls that failed before their model was res
   it('never makes a row of a string the catalog does not list', () => {
     expect(row(UNKNOWN)).toBeUndefined();
     expect(JSON.stringify(report)).not.toContain('famZ');
-    // The calls of listed models are all in their rows: only the unknown string's is left to `-`.
+    // The keyed calls of listed models are all in their rows: only the unknown string's and the keyless one are
+    // left to `-`.
     const inRows = report.models.reduce((sum, m) => sum + m.requests, 0);
-    expect(inRows).toBe(report.totals.requests - 1);
+    expect(inRows).toBe(report.totals.requests - 2);
   });
 });

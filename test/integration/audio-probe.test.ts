@@ -8,7 +8,7 @@ import {
 } from '#adapters/audio-duration.ts';
 import { musicMetadataProbe } from '#adapters/audio-probe.ts';
 import { mp4AacDurationMs } from '#adapters/mp4-duration.ts';
-import { decodeAudio, encodeAudio, encodeAudioToPipe, makeWav } from '#test/audio.ts';
+import { cutAudio, decodeAudio, encodeAudio, encodeAudioToPipe, makeWav } from '#test/audio.ts';
 
 /**
  * Transcription is billed on the duration the probe measures, so a duration a client can write into a header
@@ -39,6 +39,27 @@ const withFactChunk = (wav: Buffer, samples: number): Buffer => {
   const out = Buffer.concat([wav.subarray(0, data), fact, wav.subarray(data)]);
   out.writeUInt32LE(out.length - 8, 4);
   return out;
+};
+
+/** An MP3's frames, split by their headers (each gives its length; layer III, as LAME writes). */
+const framesOf = (mp3: Buffer): Buffer[] => {
+  const frames: Buffer[] = [];
+  let at = mp3.indexOf(Buffer.from([0xff]));
+  while (at >= 0 && at + 4 <= mp3.length) {
+    const b1 = mp3[at + 1] as number;
+    const b2 = mp3[at + 2] as number;
+    const mpeg1 = ((b1 >> 3) & 3) === 3;
+    const kbps = (
+      mpeg1
+        ? [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320]
+        : [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160]
+    )[b2 >> 4] as number;
+    const rate = (mpeg1 ? [44_100, 48_000, 32_000] : [22_050, 24_000, 16_000])[(b2 >> 2) & 3] as number;
+    const length = Math.floor(((mpeg1 ? 144_000 : 72_000) * kbps) / rate) + ((b2 >> 1) & 1);
+    frames.push(mp3.subarray(at, at + length));
+    at += length;
+  }
+  return frames;
 };
 
 describe('the transcription probe bills what decoders play, not what a header claims', () => {
@@ -80,24 +101,9 @@ describe('the transcription probe bills what decoders play, not what a header cl
 
   it('still counts every frame when junk is put between frames (decoders resync past it)', async () => {
     const honest = await encodeAudio(makeWav({ durationMs: 6000 }), 'mp3');
-    // Split the stream into frames (each header gives its length), then put a zero byte after every frame but
-    // the first three (which keep the file recognisable as MP3) and cut the Xing count to 10.
-    const frames: Buffer[] = [];
-    let at = honest.indexOf(Buffer.from([0xff]));
-    while (at >= 0 && at + 4 <= honest.length) {
-      const b1 = honest[at + 1] as number;
-      const b2 = honest[at + 2] as number;
-      const mpeg1 = ((b1 >> 3) & 3) === 3;
-      const kbps = (
-        mpeg1
-          ? [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320]
-          : [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160]
-      )[b2 >> 4] as number;
-      const rate = (mpeg1 ? [44_100, 48_000, 32_000] : [22_050, 24_000, 16_000])[(b2 >> 2) & 3] as number;
-      const length = Math.floor(((mpeg1 ? 144_000 : 72_000) * kbps) / rate) + ((b2 >> 1) & 1);
-      frames.push(honest.subarray(at, at + length));
-      at += length;
-    }
+    // Split the stream into frames, then put a zero byte after every frame but the first three (which keep the
+    // file recognisable as MP3) and cut the Xing count to 10.
+    const frames = framesOf(honest);
     expect(frames.length).toBeGreaterThan(100);
     const junked = withXingFrames(
       Buffer.concat([
@@ -110,6 +116,37 @@ describe('the transcription probe bills what decoders play, not what a header cl
     const measured = await musicMetadataProbe.probe(junked);
     expect(Math.abs(measured.durationMs - (await musicMetadataProbe.probe(honest)).durationMs)).toBeLessThan(
       30,
+    );
+  });
+
+  it('counts every frame when junk follows each one from the very first (nothing chains, decoders still play it)', async () => {
+    const honest = await encodeAudio(makeWav({ durationMs: 6000 }), 'mp3');
+    const frames = framesOf(honest);
+    const junked = Buffer.concat([
+      honest.subarray(0, honest.indexOf(frames[0] as Buffer)),
+      ...frames.flatMap((f) => [f, Buffer.from([0])]),
+    ]);
+    // Every frame counted, as in the file without junk. (ffmpeg resyncs past most of it: never more than that.)
+    const counted = mpegDurationMs(junked) ?? 0;
+    expect(Math.abs(counted - (mpegDurationMs(honest) ?? 0))).toBeLessThan(30);
+    const decoded = await decodeAudio(junked, 'mp3', { truncated: true });
+    expect(counted).toBeGreaterThanOrEqual(decoded.durationMs - 30);
+    expect(decoded.durationMs).toBeGreaterThan(4_000);
+  });
+
+  it('is not made to stop counting by a few frames at another rate (a second stream does not replace the first)', async () => {
+    const main = framesOf(await encodeAudio(makeWav({ durationMs: 6000, sampleRate: 44_100 }), 'mp3'));
+    const other = framesOf(await encodeAudio(makeWav({ durationMs: 500, sampleRate: 22_050 }), 'mp3'));
+    // Five frames, three of another rate, then the rest each followed by a junk byte, so no three of them chain.
+    const crafted = Buffer.concat([
+      ...main.slice(0, 5),
+      ...other.slice(2, 5),
+      ...main.slice(5).flatMap((f) => [f, Buffer.from([0])]),
+    ]);
+    const decoded = await decodeAudio(crafted, 'mp3', { truncated: true });
+    expect(decoded.durationMs).toBeGreaterThan(5_500);
+    expect(Math.abs((await musicMetadataProbe.probe(crafted)).durationMs - decoded.durationMs)).toBeLessThan(
+      150,
     );
   });
 
@@ -173,6 +210,15 @@ describe('the transcription probe bills what decoders play, not what a header cl
     expect(Math.abs((flacDurationMs(edited) ?? 0) - 5000)).toBeLessThan(40);
     // FLAC by its signature, cut inside its metadata: no frame, no audio.
     expect(flacDurationMs(Buffer.from('fLaC but nothing else at all, not even STREAMINFO'))).toBe(0);
+  });
+
+  it('measures a FLAC cut from a longer one (its frames numbered from where the cut began), as decoders play it', async () => {
+    const whole = await encodeAudio(makeWav({ durationMs: 10_000, sampleRate: 16_000 }), 'flac');
+    const cut = await cutAudio(whole, 'flac', 4);
+    const decoded = await decodeAudio(cut, 'flac', { truncated: true });
+    expect(decoded.durationMs).toBeGreaterThan(5_000);
+    expect(decoded.durationMs).toBeLessThan(7_000);
+    expect(Math.abs((await musicMetadataProbe.probe(cut)).durationMs - decoded.durationMs)).toBeLessThan(100);
   });
 
   it.each(['mp3', 'flac', 'wav'] as const)(

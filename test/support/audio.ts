@@ -176,3 +176,27 @@ function runFfmpeg(args: readonly string[], input: Buffer): Promise<FfmpegRun> {
     child.stdin.end(input);
   });
 }
+
+/** A stream copy of `bytes` from `seconds` in (`ffmpeg -ss … -c copy`): its frames keep their numbers from the source. */
+export async function cutAudio(bytes: Buffer, format: 'flac' | 'mp3', seconds: number): Promise<Buffer> {
+  const args = [
+    '-hide_banner',
+    '-v',
+    'error',
+    '-f',
+    format,
+    '-i',
+    'pipe:0',
+    '-ss',
+    String(seconds),
+    '-c',
+    'copy',
+    '-f',
+    format,
+    'pipe:1',
+  ];
+  const run = await runFfmpeg(args, bytes);
+  if (run.code !== 0)
+    throw new Error(`ffmpeg could not cut ${format} (exit ${run.code}): ${run.stderr.trim()}`);
+  return run.stdout;
+}

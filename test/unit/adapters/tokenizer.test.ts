@@ -77,6 +77,19 @@ describe('o200kTokenCounter', () => {
       expect(seen.reduce((n, s) => n + s.length, 0)).toBeLessThan(100_000);
     });
 
+    it('is never above the limit for a text within it, however its long runs fall across chunks', () => {
+      // A run of 120,000 characters without a space, sliced by `count` from its start: a size check that cut it
+      // elsewhere would slice it out of phase, splitting every "abcd" token at a slice boundary.
+      for (const text of [
+        `ab ${'abcd'.repeat(30_000)}`,
+        `a ${'xyz1'.repeat(30_000)} end`,
+        '東京'.repeat(40_000),
+      ]) {
+        const exact = o200kTokenCounter.count(text);
+        expect(o200kTokenCounter.countUpTo(text, exact)).toBe(exact);
+      }
+    });
+
     it('counts one text just over the limit as over it', () => {
       const text = prose(6_000);
       const exact = o200kTokenCounter.count(text);
