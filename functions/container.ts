@@ -76,6 +76,8 @@ export interface ContainerOptions {
    * Not reachable from a Lambda's environment, so a deployment cannot serve unmetered by misconfiguration.
    */
   readonly metering?: boolean;
+  /** Local host only: instruments the DynamoDB client (its stand-in for the functions' IAM grants). */
+  readonly onDynamoClient?: (client: DynamoDBClient) => void;
 }
 
 export const createContainer = (config: Config, options: ContainerOptions = {}): Container => {
@@ -87,6 +89,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
   const sleep: Sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   // On Lambda, region and credentials come from the standard AWS_* environment.
   const dynamo = new DynamoDBClient({ maxAttempts: 3, logger: sdkLogger(log), ...options.aws?.dynamodb });
+  options.onDynamoClient?.(dynamo);
   // TLS (or loopback) already protects the body; the SDK's extra MD5 check is pure CPU on the hot path.
   const sqs = new SQSClient({ maxAttempts: 5, md5: false, logger: sdkLogger(log), ...options.aws?.sqs });
   const registryStore = new DynamoRegistry(dynamo, config.tables.registry);

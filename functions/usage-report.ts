@@ -85,6 +85,8 @@ export interface UsageReportDepsOptions {
   /** Explicit AWS client settings (the local host's emulator endpoints); Lambda uses the defaults. */
   readonly aws?: { readonly dynamodb?: DynamoDBClientConfig; readonly s3?: S3ClientConfig };
   readonly clock?: Clock;
+  /** Local host only: instruments the DynamoDB client (its stand-in for the function's IAM grants). */
+  readonly onDynamoClient?: (client: DynamoDBClient) => void;
 }
 
 /** The function's dependencies, from its configuration; `close` releases the clients. */
@@ -94,6 +96,7 @@ export const createUsageReportDeps = (
 ): UsageReportDeps & { close(): void } => {
   if (!config.siteBucket) throw new Error(`Missing required environment variable ${buckets.site.envVar}`);
   const dynamo = new DynamoDBClient({ maxAttempts: 3, ...options.aws?.dynamodb });
+  options.onDynamoClient?.(dynamo);
   const s3 = new S3Client({ maxAttempts: 3, ...options.aws?.s3 });
   const registry = new DynamoRegistry(dynamo, config.tables.registry);
   return {

@@ -11,8 +11,23 @@ import type { ScheduleId } from './stage.ts';
 export type QueueId = keyof typeof queues;
 export type BucketId = keyof typeof buckets;
 
-/** `read`: get, query, scan. `readWrite`: also put, update, delete (and so transactions). */
-export type TableAccess = 'read' | 'readWrite';
+/**
+ * The DynamoDB actions a function may take on a table: exactly what its code does there, no more (least privilege:
+ * a flaw in a public function must not scan the key hashes or delete ledger entries). A transaction needs each of
+ * its items' own action (Put → PutItem, Update → UpdateItem, Delete → DeleteItem, ConditionCheck →
+ * ConditionCheckItem); a refusal's `ALL_OLD` item is a read (GetItem). The local host enforces these lists on every
+ * call a function makes (bin/local/table-grants.ts), so the tests prove them.
+ */
+export type TableAction =
+  | 'GetItem'
+  | 'Query'
+  | 'Scan'
+  | 'PutItem'
+  | 'UpdateItem'
+  | 'DeleteItem'
+  | 'ConditionCheckItem'
+  | 'BatchWriteItem';
+export type TableAccess = readonly TableAction[];
 /** `write`: put objects only (a report writer cannot read or delete what else is in the bucket). */
 export type BucketAccess = 'read' | 'write' | 'readWrite';
 
@@ -64,7 +79,15 @@ export const schedule = (id: ScheduleId): Trigger => ({ kind: 'schedule', schedu
  * by the settlement consumer, not here.
  */
 const inference: Uses = {
-  tables: { accounts: 'read', registry: 'read', buckets: 'readWrite', wallet: 'readWrite' },
+  tables: {
+    // Key and account lookups.
+    accounts: ['GetItem'],
+    // The catalog: a scan of models and deployments.
+    registry: ['GetItem', 'Scan'],
+    // Admission's transaction: the buckets' update, the wallet's debit and the hold's put, read back on a refusal.
+    buckets: ['GetItem', 'UpdateItem'],
+    wallet: ['GetItem', 'PutItem', 'UpdateItem'],
+  },
   sendsTo: ['settlement'],
   providerSecrets: true,
 };
@@ -79,27 +102,39 @@ export const functions = {
   'audio-speech': { trigger: http('POST /v1/audio/speech'), uses: inference },
   models: {
     trigger: http('GET /v1/models', 'GET /v1/models/{id}'),
-    uses: { tables: { accounts: 'read', registry: 'read' } },
+    uses: { tables: { accounts: ['GetItem'], registry: ['GetItem', 'Scan'] } },
     timeoutSeconds: 30,
   },
   settlement: {
     trigger: queue('settlement'),
-    uses: { tables: { wallet: 'readWrite', buckets: 'readWrite', usage: 'readWrite' } },
+    // One transaction per settlement: the marker and ledger puts, the hold's delete, the wallet's and the
+    // buckets' updates, the usage aggregates and the fault; a shortfall's retry reads the wallet.
+    uses: {
+      tables: {
+        wallet: ['GetItem', 'PutItem', 'UpdateItem', 'DeleteItem'],
+        buckets: ['GetItem', 'UpdateItem'],
+        usage: ['GetItem', 'PutItem', 'UpdateItem'],
+      },
+    },
     // The queue's visibility timeout is six times this (resources.ts): keep the two from one constant.
     timeoutSeconds: settlementConsumerTimeoutSeconds,
   },
-  'hold-sweeper': { trigger: schedule('holdSweeper'), uses: { tables: { wallet: 'readWrite' } } },
+  'hold-sweeper': {
+    trigger: schedule('holdSweeper'),
+    // Expired holds by their index, each released (deleted, its amount back to `available`) in a transaction.
+    uses: { tables: { wallet: ['Query', 'GetItem', 'UpdateItem', 'DeleteItem'] } },
+  },
   'price-sync': {
     trigger: schedule('priceSync'),
     // Reads providers' price lists with their keys; writes the deployments' upstream costs.
-    uses: { tables: { registry: 'readWrite' }, providerSecrets: true },
+    uses: { tables: { registry: ['GetItem', 'Scan', 'UpdateItem'] }, providerSecrets: true },
     timeoutSeconds: 300,
   },
   'usage-report': {
     trigger: schedule('usageReport'),
     // It writes usage.json and nothing else: the status page's own files are the deployment's, not its.
     uses: {
-      tables: { usage: 'read', registry: 'read' },
+      tables: { usage: ['Query'], registry: ['GetItem', 'Scan'] },
       buckets: { site: 'write' },
       bucketObjects: { site: buckets.site.usageReportKey },
     },

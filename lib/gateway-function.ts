@@ -172,9 +172,9 @@ export class GatewayFunction extends Construct {
     for (const [id, definitionOf] of Object.entries(tables) as [TableId, (typeof tables)[TableId]][]) {
       const table = bindings.tables[id];
       fn.addEnvironment(definitionOf.envVar, table.tableName);
-      const access = uses.tables?.[id];
-      if (access === 'read') table.grantReadData(fn);
-      else if (access === 'readWrite') table.grantReadWriteData(fn);
+      const actions = uses.tables?.[id];
+      // Exactly the row's actions, on the table and its indexes (a Query of a GSI needs the index's ARN).
+      if (actions && actions.length > 0) table.grant(fn, ...actions.map((a) => `dynamodb:${a}`));
     }
     for (const [id, definitionOf] of Object.entries(queues) as [QueueId, (typeof queues)[QueueId]][]) {
       const queue = bindings.queues[id];

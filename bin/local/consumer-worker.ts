@@ -4,6 +4,7 @@
  * own thread because on AWS it is a separate function: its store transactions should not share the gateway's
  * event loop.
  */
+
 import { parentPort, workerData } from 'node:worker_threads';
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
@@ -14,6 +15,7 @@ import { createHandler as createSweeper } from '#functions/hold-sweeper.ts';
 import { createHandler as createSettlement } from '#functions/settlement.ts';
 import { invocationContext } from './function-url.ts';
 import { startPoller } from './settlement-poller.ts';
+import { enforceTableGrants, invoking } from './table-grants.ts';
 import { lowerThreadPriority } from './workers.ts';
 
 // Separate functions on AWS, with CPU of their own.
@@ -29,7 +31,11 @@ export interface ConsumerWorkerInput {
 }
 
 const input = workerData as ConsumerWorkerInput;
-const container = createContainer(loadConfig(input.functionEnv), { aws: input.aws });
+const config = loadConfig(input.functionEnv);
+const container = createContainer(config, {
+  aws: input.aws,
+  onDynamoClient: enforceTableGrants(config.tables),
+});
 const sweep = createSweeper(() => container);
 const sqs = new SQSClient(input.aws.sqs);
 
@@ -42,9 +48,9 @@ const stopPolling = startPoller({
 });
 
 const sweeping = setInterval(() => {
-  sweep({} as never, invocationContext('hold-sweeper', 60_000) as Context).catch((error: unknown) =>
-    container.log.error('hold sweep failed', { error }),
-  );
+  invoking
+    .run('hold-sweeper', () => sweep({} as never, invocationContext('hold-sweeper', 60_000) as Context))
+    .catch((error: unknown) => container.log.error('hold sweep failed', { error }));
 }, input.sweepIntervalMs);
 
 parentPort?.on('message', async (message: unknown) => {

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { RequestTooLargeError, RouteNotFoundError } from '#core/errors.ts';
 import type { Container } from '#functions/container.ts';
 import { errorResponse } from '#http/handler.ts';
-import { type FunctionDefinition, functions, timeoutOf } from '#lib/functions.ts';
+import { type FunctionDefinition, type FunctionId, functions, timeoutOf } from '#lib/functions.ts';
 import {
   functionUrlEvent,
   invocationContext,
@@ -13,6 +13,7 @@ import {
 } from './function-url.ts';
 import { installLambdaGlobals, isStreamingHandler, type StreamingHandler } from './lambda-runtime.ts';
 import type { SiteReader } from './site.ts';
+import { invoking } from './table-grants.ts';
 
 /**
  * One gateway instance of the local host: the HTTP functions' handlers, loaded once per container as a cold
@@ -21,7 +22,7 @@ import type { SiteReader } from './site.ts';
  */
 
 /** Each HTTP function's Lambda timeout, as deployed (lib/functions.ts): its invocation context counts down from it. */
-const timeoutMsOf = (name: string): number => {
+const timeoutMsOf = (name: FunctionId): number => {
   const definition = (functions as Readonly<Record<string, FunctionDefinition>>)[name];
   if (!definition) throw new Error(`no function ${name} in lib/functions.ts`);
   return timeoutOf(definition) * 1000;
@@ -32,8 +33,8 @@ export interface Route {
   readonly path: string;
   /** Also serves every path below `path/` (e.g. `/v1/models/{id}`). */
   readonly prefix?: boolean;
-  /** The Lambda function name this route belongs to (for its invocation context). */
-  readonly name: string;
+  /** The Lambda function this route belongs to (its invocation context, its grants). */
+  readonly name: FunctionId;
   /** Its Lambda timeout, ms, as deployed: the invocation context counts down from it. */
   readonly timeoutMs: number;
   readonly handler: StreamingHandler;
@@ -101,11 +102,13 @@ const serve = async (routes: readonly Route[], req: IncomingMessage, res: Server
     send(res, errorResponse(new RequestTooLargeError(LAMBDA_REQUEST_LIMIT_BYTES), hostRequestId()));
     return;
   }
-  await invokeStreaming(
-    route.handler,
-    functionUrlEvent(req, body),
-    invocationContext(route.name, route.timeoutMs),
-    res,
+  await invoking.run(route.name, () =>
+    invokeStreaming(
+      route.handler,
+      functionUrlEvent(req, body),
+      invocationContext(route.name, route.timeoutMs),
+      res,
+    ),
   );
 };
 

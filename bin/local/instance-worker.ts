@@ -4,6 +4,7 @@
  * its own, listening on the host's port beside the others (SO_REUSEPORT: the kernel spreads connections over
  * the instances). Its settlement records go to the host's sender thread over an attached port.
  */
+
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import type { SQSClientConfig } from '@aws-sdk/client-sqs';
@@ -12,6 +13,7 @@ import { createContainer } from '#functions/container.ts';
 import { createInstanceServer, loadRoutes } from './function-host.ts';
 import { ThreadedSettlementSink } from './settlement-thread.ts';
 import { siteReader } from './site.ts';
+import { enforceTableGrants } from './table-grants.ts';
 
 export interface InstanceWorkerInput {
   readonly port: number;
@@ -29,7 +31,9 @@ export interface InstanceWorkerInput {
 
 const input = workerData as InstanceWorkerInput;
 const settlements = ThreadedSettlementSink.over(input.settlementPort);
-const container = createContainer(loadConfig(input.functionEnv), {
+const config = loadConfig(input.functionEnv);
+const container = createContainer(config, {
+  onDynamoClient: enforceTableGrants(config.tables),
   env: input.secretEnv,
   aws: input.aws,
   settlements,

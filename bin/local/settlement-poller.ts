@@ -6,6 +6,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { invocationContext } from './function-url.ts';
+import { invoking } from './table-grants.ts';
 
 export interface PollerOptions {
   readonly sqs: SQSClient;
@@ -59,9 +60,8 @@ export const startPoller = (options: PollerOptions): (() => Promise<void>) => {
       idleMs = MIN_IDLE_MS;
       let failed: Set<string>;
       try {
-        const result = await options.handler(
-          toEvent(messages, options.queueArn),
-          invocationContext('settlement', 30_000),
+        const result = await invoking.run('settlement', () =>
+          options.handler(toEvent(messages, options.queueArn), invocationContext('settlement', 30_000)),
         );
         failed = new Set((result?.batchItemFailures ?? []).map((f) => f.itemIdentifier));
       } catch (error) {

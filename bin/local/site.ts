@@ -21,6 +21,7 @@ import {
 } from '#functions/usage-report.ts';
 import { localClientConfig } from './emulators.ts';
 import { invocationContext } from './function-url.ts';
+import { enforceTableGrants, invoking } from './table-grants.ts';
 
 /** The status page's files, uploaded to the site bucket at start (CloudFront serves the bucket on AWS). */
 export const SITE_DIR = fileURLToPath(new URL('../../site/', import.meta.url));
@@ -88,6 +89,7 @@ export const startLocalSite = async (options: LocalSiteOptions): Promise<LocalSi
         dynamodb: localClientConfig(options.endpoints.dynamodb),
         s3: { ...localClientConfig(options.endpoints.s3), forcePathStyle: true },
       },
+      onDynamoClient: enforceTableGrants(options.config.tables),
     },
   );
   const handler = createHandler(() => deps);
@@ -103,7 +105,9 @@ export const startLocalSite = async (options: LocalSiteOptions): Promise<LocalSi
   const runReport = async (event: UsageReportEvent = {}): Promise<UsageReportSummary> => {
     // One run at a time, as a function with reserved concurrency 1 would: the later one waits its turn.
     while (running) await running.catch(() => {});
-    running = handler(event, invocationContext('usage-report', 60_000) as Context);
+    running = invoking.run('usage-report', () =>
+      handler(event, invocationContext('usage-report', 60_000) as Context),
+    );
     try {
       return await running;
     } finally {

@@ -27,6 +27,7 @@ import {
 } from './seed.ts';
 import { ThreadedSettlementSink } from './settlement-thread.ts';
 import { startLocalSite } from './site.ts';
+import { enforceTableGrants, invoking } from './table-grants.ts';
 import { type ServiceWorker, startServiceWorker } from './workers.ts';
 
 export interface LocalStackOptions {
@@ -227,6 +228,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       settlements,
       metering: options.metering ?? true,
       ...(options.clock ? { clock: options.clock } : {}),
+      onDynamoClient: enforceTableGrants(config.tables),
     });
     stops.push(() => container.close());
 
@@ -252,7 +254,8 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     }
 
     const priceSyncHandler = (await import('#functions/price-sync.ts')).createHandler(() => container);
-    const priceSync = () => priceSyncHandler({}, invocationContext('price-sync', 60_000));
+    const priceSync = () =>
+      invoking.run('price-sync', () => priceSyncHandler({}, invocationContext('price-sync', 60_000)));
     const priceSyncEvery = options.priceSyncIntervalMs ?? 10 * 60_000;
     if (priceSyncEvery > 0) {
       const timer = setInterval(() => {

@@ -9,6 +9,7 @@ import type { SettlementRecord } from '#core/settlement.ts';
 import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
 import { readCatalog, simulatorPrices } from '#local/seed.ts';
 import { type LocalStack, type LocalStackOptions, startLocalStack } from '#local/stack.ts';
+import { grantViolations } from '#local/table-grants.ts';
 import { type Simulator, type SimulatorOptions, startSimulator } from '#sim/server.ts';
 
 export interface TestStack {
@@ -86,6 +87,9 @@ export const startTestStack = async (
     stop: async () => {
       await stack.stop();
       await simulator.close();
+      // A call a function's IAM grants would refuse on AWS fails the file that made it (bin/local/table-grants.ts).
+      const denied = grantViolations.splice(0);
+      if (denied.length > 0) throw new Error(`calls outside the functions' grants:\n${denied.join('\n')}`);
     },
   };
 };

@@ -11,7 +11,7 @@ let instance: InstanceServer;
 let port: number;
 beforeAll(async () => {
   // A route whose handler the trickled body never reaches.
-  const route = {
+  const route: Route = {
     method: 'POST',
     path: '/v1/chat/completions',
     name: 'chat-completions',

@@ -1,0 +1,101 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { type FunctionId, functions, type TableAction } from '#lib/functions.ts';
+import type { TableId } from '#lib/resources.ts';
+
+/**
+ * IAM on one machine. On AWS each function's role grants exactly the DynamoDB actions its row in lib/functions.ts
+ * lists, and a call outside them is refused (AccessDeniedException) — an outage no local run would show, since the
+ * emulator checks nothing. The local host therefore runs every invocation inside `invoking.run(name, …)` and gives
+ * its DynamoDB clients a middleware that refuses, the same way, any call the invoking function's row does not grant.
+ * Every test that drives a function through the local host thus proves that function's grants cover what it does.
+ * Work outside any invocation (the local host seeding the registry, the admin CLI) is an operator's, not a role's.
+ */
+export const invoking = new AsyncLocalStorage<FunctionId>();
+
+/** Calls refused so far in this thread, for tests to assert there were none. */
+export const grantViolations: string[] = [];
+
+type Needed = readonly { readonly table: string; readonly action: TableAction }[];
+
+/** The (table, action) pairs a DynamoDB command needs, as IAM evaluates it. */
+const neededBy = (command: string, input: Record<string, unknown>): Needed => {
+  const table = typeof input.TableName === 'string' ? input.TableName : '';
+  const readBack = (item: Record<string, unknown>) => item.ReturnValuesOnConditionCheckFailure === 'ALL_OLD';
+  switch (command) {
+    case 'GetItemCommand':
+      return [{ table, action: 'GetItem' }];
+    case 'QueryCommand':
+      return [{ table, action: 'Query' }];
+    case 'ScanCommand':
+      return [{ table, action: 'Scan' }];
+    case 'PutItemCommand':
+      return [{ table, action: 'PutItem' }];
+    case 'UpdateItemCommand':
+      return [{ table, action: 'UpdateItem' }];
+    case 'DeleteItemCommand':
+      return [{ table, action: 'DeleteItem' }];
+    case 'BatchWriteItemCommand':
+      return Object.keys((input.RequestItems as object) ?? {}).map((t) => ({
+        table: t,
+        action: 'BatchWriteItem',
+      }));
+    case 'TransactWriteItemsCommand':
+      return ((input.TransactItems as Record<string, Record<string, unknown>>[]) ?? []).flatMap((item) => {
+        const [kind, body] = Object.entries(item)[0] ?? [];
+        const action = (
+          {
+            Put: 'PutItem',
+            Update: 'UpdateItem',
+            Delete: 'DeleteItem',
+            ConditionCheck: 'ConditionCheckItem',
+          } as const
+        )[kind as 'Put'];
+        const on = typeof body?.TableName === 'string' ? body.TableName : '';
+        return [
+          { table: on, action: action ?? ('UpdateItem' as const) },
+          ...(body && readBack(body) ? [{ table: on, action: 'GetItem' as const }] : []),
+        ];
+      });
+    default:
+      // Anything else (a table's creation, a describe) is the local host's own provisioning.
+      return [];
+  }
+};
+
+class AccessDeniedException extends Error {
+  override readonly name = 'AccessDeniedException';
+  readonly $fault = 'client';
+}
+
+/**
+ * The middleware for a client of this thread: `tableNames` maps our table ids to the physical names its commands
+ * carry.
+ */
+export const enforceTableGrants =
+  (tableNames: Readonly<Record<TableId, string>>) =>
+  (client: DynamoDBClient): void => {
+    const idOf = new Map(Object.entries(tableNames).map(([id, name]) => [name, id as TableId]));
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const fn = invoking.getStore();
+        if (fn !== undefined) {
+          const granted = functions[fn].uses.tables as
+            | Readonly<Partial<Record<TableId, readonly TableAction[]>>>
+            | undefined;
+          for (const { table, action } of neededBy(
+            context.commandName ?? '',
+            args.input as Record<string, unknown>,
+          )) {
+            const id = idOf.get(table);
+            if (id !== undefined && granted?.[id]?.includes(action)) continue;
+            const denied = `${fn} is not authorized to perform: dynamodb:${action} on table ${id ?? table}`;
+            grantViolations.push(denied);
+            throw new AccessDeniedException(denied);
+          }
+        }
+        return next(args);
+      },
+      { step: 'initialize', name: 'localTableGrants' },
+    );
+  };
