@@ -160,8 +160,9 @@ async function parseTranscription(raw: Buffer, ex: Exchange): Promise<ApiCall | 
 
 /**
  * Duration of an audio file in seconds, or null when it is not audio music-metadata can measure (or
- * lasts no time at all). The declared type and file name are tried first; if they mislead (a wrong
- * content type is common), the content alone decides.
+ * lasts no time at all). The content decides, as providers sniff it: a declared type that misleads (a wrong
+ * content type is common) would have a WAV read as MPEG. The declared type and name are tried only when the
+ * content alone is not recognised.
  */
 export async function measureDuration(
   bytes: Uint8Array,
@@ -175,7 +176,7 @@ export async function measureDuration(
   // A provider transcribes, and reports, what its decoder plays, whatever a header claims (or lacks, in a recording
   // made to a pipe): where the gateway counts decoded audio, that count is the duration; elsewhere the longer of
   // the count and the header.
-  for (const fileInfo of [hinted, { size: bytes.length }]) {
+  for (const fileInfo of [{ size: bytes.length }, hinted]) {
     try {
       const { format } = await parseBuffer(bytes, fileInfo, { duration: true, skipCovers: true });
       const name = formatOf(format.container);
