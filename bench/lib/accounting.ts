@@ -22,8 +22,10 @@ export const provisionBenchAccount = async (
       cwd: repoRoot,
       env: { ...process.env, LOCAL_STACK_FILE: stackFile },
     });
-  const huge = String(10 ** 12);
-  await admin('accounts', 'quota', accountId, '--rpm', huge, '--rpd', huge, '--tpm', huge, '--tpd', huge);
+  // The most the buckets enforce as written: one unit per µs (60 M a minute, 86.4 G a day), far above the load.
+  const minute = String(60_000_000);
+  const day = String(86_400_000_000);
+  await admin('accounts', 'quota', accountId, '--rpm', minute, '--rpd', day, '--tpm', minute, '--tpd', day);
   await admin('wallet', 'topup', accountId, '1000000', '--reference', `bench-${Date.now()}`);
 };
 
