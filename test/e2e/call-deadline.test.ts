@@ -60,6 +60,21 @@ const chat = (extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
+/**
+ * A call cut before what is in front of the function gives up on it: a 500 saying to stream, well before the
+ * function's own deadline, its one attempt abandoned and settled uncharged.
+ */
+const expectCutForTheEntry = async (res: Response, elapsedMs: number): Promise<void> => {
+  expect(res.status).toBe(500);
+  const error = (await res.json()) as { error: { type: string; message: string } };
+  expect(schemaErrors('ErrorResponse', error)).toBe('');
+  expect(error.error.message).toContain('"stream": true');
+  expect(elapsedMs).toBeLessThan(1_500);
+  const [record] = await takeSettlements(t.stack, 1);
+  expect(record).toMatchObject({ outcome: 'upstream_error', status: 500, cost: 0 });
+  expect(record?.attempts).toMatchObject([{ outcome: 'timeout', detail: "cut at the call's deadline" }]);
+};
+
 /** Every simulated deployment answers too late for the call's deadline, though within its own timeouts. */
 const slowEverywhere = (fault: FaultSpec) => {
   for (const id of ['sim-a', 'sim-b']) t.simulator.setFaults(id, fault);
@@ -118,16 +133,8 @@ describe("a call at its function's deadline", () => {
     slowEverywhere({ latencyMs: 4_000 });
     const started = Date.now();
     const res = await t.post('/chat/completions', chat(), THROUGH_CDN());
-    const elapsed = Date.now() - started;
-    expect(res.status).toBe(500);
-    const error = (await res.json()) as { error: { type: string; message: string } };
-    expect(schemaErrors('ErrorResponse', error)).toBe('');
-    expect(error.error.message).toContain('"stream": true');
     // Cut at 0.5 s, long before the function's own deadline (2 s).
-    expect(elapsed).toBeLessThan(1_500);
-    const [record] = await takeSettlements(t.stack, 1);
-    expect(record).toMatchObject({ outcome: 'upstream_error', status: 500, cost: 0 });
-    expect(record?.attempts).toMatchObject([{ outcome: 'timeout', detail: "cut at the call's deadline" }]);
+    await expectCutForTheEntry(res, Date.now() - started);
   });
 
   it('through the REST API: stops before its idle timeout closes a silent call, uncharged', async () => {
@@ -138,16 +145,8 @@ describe("a call at its function's deadline", () => {
       headers: { Authorization: `Bearer ${t.apiKey}`, 'Content-Type': 'application/json' },
       body: JSON.stringify(chat()),
     });
-    const elapsed = Date.now() - started;
-    expect(res.status).toBe(500);
-    const error = (await res.json()) as { error: { type: string; message: string } };
-    expect(schemaErrors('ErrorResponse', error)).toBe('');
-    expect(error.error.message).toContain('"stream": true');
     // Cut at 0.6 s, long before the function's own deadline (2 s).
-    expect(elapsed).toBeLessThan(1_500);
-    const [record] = await takeSettlements(t.stack, 1);
-    expect(record).toMatchObject({ outcome: 'upstream_error', status: 500, cost: 0 });
-    expect(record?.attempts).toMatchObject([{ outcome: 'timeout', detail: "cut at the call's deadline" }]);
+    await expectCutForTheEntry(res, Date.now() - started);
   });
 
   it('through the REST API: a Function URL call has no such wait, and one that begins in time is served', async () => {

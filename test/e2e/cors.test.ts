@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Browser, chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHROMIUM_LAUNCH } from '#test/browser.ts';
 import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
 
 /**
@@ -9,11 +10,6 @@ import { drainSettlements, startTestStack, type TestStack, takeSettlements } fro
  * with `dangerouslyAllowBrowser`). The browser first sends a CORS preflight; without the right answers it hides
  * every response, errors included, from the page.
  */
-
-const LAUNCH = {
-  executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-};
 
 let t: TestStack;
 let browser: Browser;
@@ -28,7 +24,7 @@ beforeAll(async () => {
   );
   await new Promise<void>((resolve) => appServer.listen(0, '127.0.0.1', resolve));
   appOrigin = `http://127.0.0.1:${(appServer.address() as AddressInfo).port}`;
-  browser = await chromium.launch(LAUNCH);
+  browser = await chromium.launch(CHROMIUM_LAUNCH);
 }, 120_000);
 
 afterAll(async () => {

@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { type Browser, chromium, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageReport } from '#core/usage-report.ts';
+import { CHROMIUM_LAUNCH } from '#test/browser.ts';
 import { usageSchemaErrors } from '#test/usage-schema.ts';
 
 /**
@@ -19,10 +20,6 @@ const ASSETS: Record<string, { file: string; type: string }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
   '/status.css': { file: 'status.css', type: 'text/css; charset=utf-8' },
   '/status.js': { file: 'status.js', type: 'text/javascript; charset=utf-8' },
-};
-const LAUNCH = {
-  executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
 };
 const integer = new Intl.NumberFormat('en-US');
 
@@ -139,7 +136,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
-  browser = await chromium.launch(LAUNCH);
+  browser = await chromium.launch(CHROMIUM_LAUNCH);
 });
 
 afterAll(async () => {

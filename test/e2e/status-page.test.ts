@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageReport } from '#core/usage-report.ts';
+import { CHROMIUM_LAUNCH } from '#test/browser.ts';
 import { NO_CIRCUIT_BREAKING, startTestStack, type TestStack } from '#test/stack.ts';
 import { fetchUsage, settledReport, withEmptyRegistry } from '#test/usage.ts';
 
@@ -11,10 +12,6 @@ import { fetchUsage, settledReport, withEmptyRegistry } from '#test/usage.ts';
  */
 
 const ARTIFACTS = new URL('../../.artifacts/', import.meta.url);
-const LAUNCH = {
-  executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-};
 const integer = new Intl.NumberFormat('en-US');
 
 /** The little of the browser's globals the page-side callbacks use. */
@@ -63,7 +60,7 @@ beforeAll(async () => {
   t.simulator.resetFaults();
   await withEmptyRegistry(t, async () => expect((await chat('famA-v4.1-flash')).status).toBe(503));
   report = (await settledReport(t, 7, undefined, 20_000, 2)).report;
-  browser = await chromium.launch(LAUNCH);
+  browser = await chromium.launch(CHROMIUM_LAUNCH);
 }, 120_000);
 
 afterAll(async () => {
