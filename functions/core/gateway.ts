@@ -158,6 +158,9 @@ export class Gateway {
     const served = call.attempts.findLast((a) => a.outcome === 'ok');
     if (!health || !served) return;
     const probe = this.#probes.get(call)?.get(served.deployment) ?? null;
-    health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', served.ms, probe);
+    // A non-stream reply's time is its whole generation's, which the client's request decides: not the
+    // deployment's latency (health.ts `record`).
+    const firstByteMs = call.stream ? served.ms : null;
+    health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', firstByteMs, probe);
   }
 }

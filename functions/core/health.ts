@@ -76,7 +76,8 @@ interface Sample {
   readonly at: number;
   readonly ok: boolean;
   readonly busy: boolean;
-  readonly ms: number;
+  /** Time to the first byte, ms; null when the attempt's time says nothing about the deployment (see record). */
+  readonly ms: number | null;
 }
 
 interface Counts {
@@ -117,12 +118,14 @@ export class HealthBoard {
 
   /**
    * Records one attempt's outcome (from fallback) or a stream that broke after its first byte. `probe` is the
-   * token of the half-open probe this attempt was, if it was one.
+   * token of the half-open probe this attempt was, if it was one. `ms` is the attempt's time to its first byte:
+   * null for a non-stream reply that served, whose time is the whole generation's — long because the client asked
+   * for a long answer, not because the deployment is slow — and must not be ranked against streams' first events.
    */
   record(
     deploymentId: string,
     outcome: Attempt['outcome'],
-    ms: number,
+    ms: number | null,
     probe: ProbeToken | null = null,
   ): void {
     const circuit = this.#circuits.get(deploymentId);
@@ -152,7 +155,7 @@ export class HealthBoard {
   }
 
   /** A closed circuit learns from every outcome and opens on too many failures or a run of overloads. */
-  #recordWhileClosed(circuit: Circuit, outcome: Attempt['outcome'], ms: number): void {
+  #recordWhileClosed(circuit: Circuit, outcome: Attempt['outcome'], ms: number | null): void {
     const now = this.#clock.now();
     const ok = outcome === 'ok';
     this.#add(circuit, { at: now, ok, busy: BUSY.has(outcome), ms });
@@ -269,7 +272,7 @@ export class HealthBoard {
     while (circuit.samples.length > 0 && (circuit.samples[0] as Sample).at < since) this.#drop(circuit);
     if (now - circuit.p50At >= P50_REFRESH_MS) {
       const latencies: number[] = [];
-      for (const s of circuit.samples) if (s.ok) latencies.push(s.ms);
+      for (const s of circuit.samples) if (s.ok && s.ms !== null) latencies.push(s.ms);
       latencies.sort((a, b) => a - b);
       circuit.p50Ms =
         latencies.length > 0 ? (latencies[Math.floor((latencies.length - 1) / 2)] as number) : null;

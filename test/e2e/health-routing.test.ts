@@ -139,6 +139,25 @@ describe('streams', () => {
   });
 });
 
+describe('latency', () => {
+  it('a long non-stream reply (a long answer asked for) does not make its deployment rank as slow against streams', async () => {
+    const model = 'famF3.8-27b';
+    // The primary serves six non-stream calls slowly, as it would a long generation.
+    t.simulator.setFaults('sim-a', { latencyMs: 400 });
+    expect(await serve(model, 6)).toEqual(Array(6).fill('sim-a'));
+    // One stream falls back to the secondary, whose first event comes at once.
+    t.simulator.setFaults('sim-a', { error: 'server_error', count: 1 });
+    const stream = await chat(model, { stream: true });
+    expect(stream.headers.get('x-svc-provider')).toBe('sim-b');
+    await stream.text();
+    t.simulator.resetFaults();
+    offsetMs += 2_000; // past the median's refresh
+    // A whole reply's 400 ms against a first event's few: not the deployment being slow. The primary keeps its
+    // traffic (it was demoted to after the secondary when the two were compared).
+    expect(await serve(model, 6)).toEqual(Array(6).fill('sim-a'));
+  });
+});
+
 describe('exhaustion', () => {
   it('an all-overloaded model answers 429 engine_overloaded, then fails fast while circuits are open', async () => {
     const model = 'famH-nemotron-3.5-super-vl';
