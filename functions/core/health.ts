@@ -178,6 +178,19 @@ export class HealthBoard {
     return this.#clock.now() - circuit.openedAt >= circuit.cooldownMs ? 'half-open' : 'open';
   }
 
+  /**
+   * How long until an open circuit half-opens and a request may probe it, ms: 0 when it is not open (or its probe
+   * is due, or taken by a request still under way, which settles it within a cool-down).
+   */
+  reopensInMs(deploymentId: string): number {
+    const circuit = this.#circuits.get(deploymentId);
+    if (!circuit || circuit.state === 'closed') return 0;
+    const now = this.#clock.now();
+    const halfOpen = circuit.openedAt + circuit.cooldownMs;
+    if (halfOpen > now) return halfOpen - now;
+    return circuit.probe === null ? 0 : Math.max(0, circuit.probe.at + circuit.cooldownMs - now);
+  }
+
   reason(deploymentId: string): OpenReason | null {
     return this.#circuits.get(deploymentId)?.reason ?? null;
   }

@@ -52,16 +52,25 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
   const plan = [...probing, ...byPriority(healthy, random), ...byPriority(degraded, random)];
   if (plan.length > 0) return { deployments: plan, probes };
   const model = deployments[0]?.model ?? 'this model';
+  // When a request may next find a deployment to try: the earliest half-open. SDKs retry on Retry-After, and a
+  // hint of 1 s for a 15 s cool-down (up to 5 min after failed probes) spends their retries in vain.
+  const waitMs = Math.max(1, Math.min(...deployments.map((d) => health.reopensInMs(d.id))));
+  const retry = {
+    'retry-after': String(Math.ceil(waitMs / 1000)),
+    'retry-after-ms': String(Math.ceil(waitMs)),
+  };
   if (deployments.length > 0 && deployments.every((d) => health.reason(d.id) === 'overloaded')) {
-    throw new EngineOverloadedError({ headers: { 'retry-after': '1' } });
+    throw new EngineOverloadedError({ headers: retry });
   }
   // Every upstream of this model is failing: a fault of the model (its row and uptime in the usage report),
   // counted towards the platform error rate, not an incident by itself as an empty registry is.
-  throw new ServiceUnavailableError(
+  const failing = new ServiceUnavailableError(
     `No deployment of \`${model}\` is available right now: every upstream is failing. Please retry shortly.`,
     undefined,
     'circuits_open',
   );
+  Object.assign(failing.headers, retry);
+  throw failing;
 };
 
 const byPriority = (deployments: readonly Deployment[], random: Random): Deployment[] => {

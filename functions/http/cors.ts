@@ -19,6 +19,7 @@ const EXPOSED = [
   'x-ratelimit-remaining-tokens',
   'x-ratelimit-reset-tokens',
   'retry-after',
+  'retry-after-ms',
   'server-timing',
   'x-svc-provider',
   'x-svc-served-model',

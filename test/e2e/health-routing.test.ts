@@ -176,11 +176,16 @@ describe('exhaustion', () => {
       });
     }
     t.simulator.clearCalls();
-    // Both circuits opened on overloads: still 429, without touching either upstream.
+    // Both circuits opened on overloads: still 429, without touching either upstream, and told to come back when
+    // a circuit half-opens (the cool-down, 20 s here), not in 1 s, which would spend an SDK's retries in vain.
     const res = await chat(model);
     expect(res.status).toBe(429);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('engine_overloaded');
     expect(t.simulator.calls()).toHaveLength(0);
+    const waitMs = Number(res.headers.get('retry-after-ms'));
+    expect(waitMs).toBeGreaterThan(COOLDOWN_MS - 5_000);
+    expect(waitMs).toBeLessThanOrEqual(COOLDOWN_MS);
+    expect(res.headers.get('retry-after')).toBe(String(Math.ceil(waitMs / 1000)));
   });
 
   it('a model whose every circuit opened on failures answers 503 no_eligible_model', async () => {
@@ -193,5 +198,6 @@ describe('exhaustion', () => {
     expect(res.status).toBe(503);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('no_eligible_model');
     expect(t.simulator.calls()).toHaveLength(0);
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(10);
   });
 });

@@ -43,6 +43,11 @@ const MODES: Readonly<Record<string, (chunk: object) => string>> = {
       .map((line) => `data: ${line}`)
       .join('\n')}\n\n`,
   'no-done': (chunk) => `data: ${JSON.stringify(chunk)}\n\n`,
+  // OpenAI names the dated snapshot it served, not the alias it was asked for (gpt-4o-mini-2024-07-18).
+  dated: (chunk) =>
+    `data: ${JSON.stringify(chunk).replace(`"model":"${HIDDEN}"`, `"model":"${HIDDEN}-2024-08-06"`)}\n\n`,
+  // A space before each colon too.
+  'space-before-colon': (chunk) => `data: ${JSON.stringify(chunk).replaceAll('":', '" :')}\n\n`,
 };
 
 beforeAll(async () => {
@@ -111,7 +116,7 @@ const stream = async (mode: string) => {
 };
 
 describe('an upstream stream written differently', () => {
-  it.each(['spaced', 'multiline', 'no-done'])(
+  it.each(['spaced', 'multiline', 'no-done', 'dated', 'space-before-colon'])(
     '(%s) reaches the client as OpenAI writes it: one-line events, our model name, [DONE], billed',
     async (mode) => {
       const { text } = await stream(mode);

@@ -94,8 +94,9 @@ const FINISHED_IN_ERROR = /"finish_reason"\s*:\s*"error"/;
 class RelayedStream implements ChatStream {
   readonly #first: string;
   readonly #upstream: UpstreamEvents;
-  readonly #modelNeedle: string;
   readonly #modelLabel: string;
+  /** The replacement, as a function: a `$` in a label must not read as a replacement pattern. */
+  readonly #relabel = (): string => this.#modelLabel;
   readonly #stripNullUsage: boolean;
 
   /** Usage seen, or every choice finished: an end without `[DONE]` after that is still a whole reply. */
@@ -106,7 +107,6 @@ class RelayedStream implements ChatStream {
   constructor(first: string, upstream: UpstreamEvents, call: UpstreamCall) {
     this.#first = first;
     this.#upstream = upstream;
-    this.#modelNeedle = `"model":${JSON.stringify(call.deployment.upstreamModel)}`;
     this.#modelLabel = `"model":${JSON.stringify(call.publicModel)}`;
     this.#choices = typeof call.body.n === 'number' ? call.body.n : 1;
     // We forced include_usage upstream; a client that did not ask should not see `"usage":null` either.
@@ -141,8 +141,10 @@ class RelayedStream implements ChatStream {
     // Compact JSON, one line, is what nearly every upstream sends and what the fast path below reads. Anything
     // else — spaces after colons (Python's json.dumps), one event over several `data:` lines — is re-serialised
     // first, so the model is relabelled, the usage found and the data framed on one line all the same.
-    let data = raw.includes('\n') || raw.includes('": ') ? compact(raw) : raw;
-    data = data.replace(this.#modelNeedle, this.#modelLabel);
+    let data = raw.includes('\n') || raw.includes('": ') || raw.includes('" :') ? compact(raw) : raw;
+    // Whatever model the upstream names — OpenAI answers `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, not the name it
+    // was asked for — the client sees the public id, as in a non-stream reply. Unescaped, `"model":"` is a key.
+    data = data.replace(MODEL_FIELD, this.#relabel);
     this.#finishes += countOf(data, '"finish_reason":"');
     const usageAt = data.lastIndexOf('"usage":');
     if (usageAt !== -1 && data.charCodeAt(usageAt + 8) === 123 /* { */) {
@@ -161,6 +163,9 @@ class RelayedStream implements ChatStream {
 }
 
 /** The same JSON without insignificant whitespace; data that is not JSON is kept, on one line. */
+/** A chunk's `model` field, whatever its value (the first is the chunk's own: OpenAI writes it first). */
+const MODEL_FIELD = /"model":"(?:[^"\\]|\\.)*"/;
+
 const compact = (data: string): string => {
   try {
     return JSON.stringify(JSON.parse(data));

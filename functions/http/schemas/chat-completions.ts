@@ -64,12 +64,18 @@ const message = z.discriminatedUnion(
         // OpenAI's schema has them, nullable; as null they say nothing, and go no further (see below).
         function_call: z.null().optional(),
         audio: z.null().optional(),
+        // What SDKs add to the messages they hand back, and send back as history: the openai SDK's helpers put
+        // `parsed` on every message (`.parse()`, `.stream().finalChatCompletion()`); an upstream's streamed
+        // `reasoning_content`, which we relay, is echoed by the Vercel AI SDK's tool loops. Neither means anything
+        // to a model as input (some upstreams refuse reasoning sent back), so both go no further.
+        parsed: z.unknown().optional(),
+        reasoning_content: z.string().nullish(),
       })
       .refine((m) => (m.content !== null && m.content !== undefined) || m.tool_calls !== undefined, {
         message: 'an assistant message needs content or tool_calls',
         path: ['content'],
       })
-      .transform(({ function_call: _, audio: __, ...m }) => m),
+      .transform(({ function_call: _, audio: __, parsed: ___, reasoning_content: ____, ...m }) => m),
     z.strictObject({ role: z.literal('tool'), content: textContent, tool_call_id: z.string().min(1) }),
   ],
   { error: 'role must be one of system, user, assistant, tool' },

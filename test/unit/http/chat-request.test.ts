@@ -95,6 +95,21 @@ describe('what OpenAI accepts and the spec does not forbid', () => {
     });
     expect(request.messages[1]).toEqual({ role: 'assistant', content: 'hello' });
   });
+
+  it('takes back the messages SDKs hand out — `parsed` (openai helpers), `reasoning_content` (AI SDK loops) — and sends neither on', () => {
+    const request = parseChatRequest({
+      ...valid,
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: '{"a":1}', refusal: null, parsed: { a: 1 } },
+        { role: 'user', content: 'and?' },
+        { role: 'assistant', content: 'so', parsed: null, reasoning_content: 'They asked twice.' },
+        { role: 'user', content: 'again' },
+      ],
+    });
+    expect(request.messages[1]).toEqual({ role: 'assistant', content: '{"a":1}', refusal: null });
+    expect(request.messages[3]).toEqual({ role: 'assistant', content: 'so' });
+  });
 });
 
 describe('what the whitelist refuses, null or not', () => {
