@@ -1,8 +1,8 @@
-import { type PreparedChat, prepareChat, upstreamChatBody } from '#core/chat.ts';
+import { completionLimit, type PreparedChat, prepareChat, upstreamChatBody } from '#core/chat.ts';
 import { affordableCompletionTokens, worstCaseChatCost } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
 import type { ChatCompletionResult, UpstreamCall } from '#core/upstream.ts';
-import { openAiChatUsage, type Usage } from '#core/usage.ts';
+import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { JSON_HEADERS } from '#http/handler.ts';
 import { inferenceHandler } from '#http/inference-handler.ts';
@@ -43,10 +43,15 @@ export const createHandler = (container: () => Container) =>
       const result = await c.gateway.route(resolved, call, true, (d, k, signal) =>
         c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
       );
-      const usage = result.usage ?? estimatedUsage(prepared, result, c);
+      const reported = result.usage && withinCompletionLimit(result.usage, completionLimit(prepared));
+      const usage = reported ?? estimatedUsage(prepared, result, c);
       call.succeeded(usage);
-      // An upstream that reported no usage (or none we could read): the client sees what it is billed on.
-      const body = result.usage ? result.body : { ...result.body, usage: openAiChatUsage(usage) };
+      // An upstream that reported no usage (or none we could read, or more than the call allowed): the client
+      // sees what it is billed on.
+      const body =
+        reported && reported === result.usage
+          ? result.body
+          : { ...result.body, usage: openAiChatUsage(usage) };
       return {
         statusCode: 200,
         headers: JSON_HEADERS,

@@ -127,6 +127,10 @@ const rejectImagesUnlessMultimodal = (messages: ChatMessage[], model: Model): vo
   });
 };
 
+/** The most completion tokens a call can be billed: its cap on each of the choices it asked for. */
+export const completionLimit = (prepared: PreparedChat): number =>
+  prepared.maxTokens * (prepared.request.n ?? 1);
+
 const completionCap = (request: ChatRequest, model: Model, promptTokens: number): number => {
   const context = model.contextWindow ?? Number.POSITIVE_INFINITY;
   const room = context - promptTokens;

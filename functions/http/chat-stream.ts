@@ -1,8 +1,8 @@
 import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
-import type { PreparedChat } from '#core/chat.ts';
+import { completionLimit, type PreparedChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
-import { openAiChatUsage, type Usage } from '#core/usage.ts';
+import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
 import { failureOf, type RelayProgress, relayBody } from './relay-body.ts';
 import { DONE_FRAME, errorFrame, frame } from './sse.ts';
 
@@ -54,9 +54,11 @@ async function* relay(
       contentChunks += event.contentChunks;
       if (event.usage === null) yield frame(event.data);
       else {
-        usage = event.usage;
-        if (prepared.clientWantsUsage) yield frame(event.data);
-        else if (!event.usageOnly) yield frame(withoutUsage(event.data));
+        usage = withinCompletionLimit(event.usage, completionLimit(prepared));
+        // A report above the call's limit is billed, and shown, at the limit.
+        const data = usage === event.usage ? event.data : withUsage(event.data, usage);
+        if (prepared.clientWantsUsage) yield frame(data);
+        else if (!event.usageOnly) yield frame(withoutUsage(data));
       }
     }
     finished = true;
@@ -93,6 +95,10 @@ const usageChunk = (lastData: string | null, requestId: string, model: string, u
     usage: openAiChatUsage(usage),
   });
 };
+
+/** A chunk with its usage replaced. */
+const withUsage = (data: string, usage: Usage): string =>
+  JSON.stringify({ ...(JSON.parse(data) as Record<string, unknown>), usage: openAiChatUsage(usage) });
 
 /** Some providers put usage on a content chunk; a client that did not ask gets the chunk without it. */
 const withoutUsage = (data: string): string => {

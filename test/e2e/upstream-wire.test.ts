@@ -58,6 +58,31 @@ beforeAll(async () => {
     });
     req.on('end', () => {
       const body = JSON.parse(raw) as { messages: { content: string }[]; stream?: boolean };
+      if (body.messages.some((msg) => msg.content.includes('mode=huge-usage'))) {
+        // A provider reporting far more completion than the cap it was sent allows (16 here).
+        const usage = { prompt_tokens: 7, completion_tokens: 5_000_000, total_tokens: 5_000_007 };
+        const [role, hello, , stop] = chunks() as Record<string, unknown>[];
+        if (body.stream === false) {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          return void res.end(
+            JSON.stringify({
+              id: 'chatcmpl-huge',
+              object: 'chat.completion',
+              created: 1,
+              model: HIDDEN,
+              choices: [
+                { index: 0, message: { role: 'assistant', content: 'Hello' }, finish_reason: 'stop' },
+              ],
+              usage,
+            }),
+          );
+        }
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        for (const chunk of [role, hello, stop, { ...hello, choices: [], usage }])
+          res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+        res.end('data: [DONE]\n\n');
+        return;
+      }
       if (body.messages.some((msg) => msg.content.includes('mode=aggregator-error'))) {
         // An aggregator's failure (OpenRouter's form): a chunk with a top-level error and finish_reason "error",
         // then the usage and [DONE] as if the reply had finished.
@@ -164,4 +189,30 @@ describe("an aggregator's error inside a 200", () => {
     expect(record).toMatchObject({ cost: 0 });
     expect(record?.outcome).not.toBe('success');
   });
+});
+
+describe('usage above what the call allowed', () => {
+  it.each([false, true])(
+    'is billed, and shown, at the completion cap sent upstream (stream: %s), never past it',
+    async (streamed) => {
+      await drainSettlements(t.stack);
+      const res = await t.post('/chat/completions', {
+        model: MODEL,
+        max_tokens: 16,
+        stream: streamed,
+        ...(streamed ? { stream_options: { include_usage: true } } : {}),
+        messages: [{ role: 'user', content: 'mode=huge-usage' }],
+      });
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      const shown = streamed
+        ? (JSON.parse(sseEvents(text).at(-2) as string) as { usage: { completion_tokens: number } }).usage
+        : (JSON.parse(text) as { usage: { completion_tokens: number } }).usage;
+      expect(shown.completion_tokens).toBe(16);
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record?.usage).toMatchObject({ promptTokens: 7, completionTokens: 16 });
+      // Within the hold the cap sized: nothing owed, nothing above it.
+      expect(record?.cost).toBeLessThanOrEqual(record?.admission?.hold?.amount ?? 0);
+    },
+  );
 });
