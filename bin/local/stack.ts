@@ -93,6 +93,8 @@ export interface LocalStackOptions {
 export interface LocalStack {
   readonly url: string;
   readonly demoApiKey: string;
+  /** What the demo wallet holds once the stack is up (its first top-up, or what a DATA_DIR kept). */
+  readonly demoBalanceNano: number;
   readonly simulatorUrl: string | null;
   readonly emulators: EmulatorEndpoints;
   readonly resources: Provisioned;
@@ -232,16 +234,19 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     });
     stops.push(() => container.close());
 
-    if (options.demoBalanceNano) {
+    // The demo wallet's *first* top-up: a restart on the same DATA_DIR (whatever DEMO_BALANCE_USD says then)
+    // credits nothing more — an account that was ever funded is trusted, permanently. (The reference once named
+    // the amount, so a changed DEMO_BALANCE_USD credited the wallet again.)
+    const demo = await container.accounts.getAccount(DEMO_ACCOUNT_ID);
+    if (options.demoBalanceNano && demo?.tier !== 'trusted') {
       await container.accounting.topUp({
         accountId: DEMO_ACCOUNT_ID,
         amount: options.demoBalanceNano,
-        // The seed's payment reference names the amount in USD, so a restart on the same DATA_DIR with the
-        // same amount credits nothing twice.
         reference: `demo-seed-${nanoToUsd(options.demoBalanceNano)}`,
         at: Date.now(),
       });
     }
+    const demoBalanceNano = (await container.accounting.wallet(DEMO_ACCOUNT_ID)).balance;
     if (options.consumers ?? true) {
       const consumer = await startServiceWorker<'ready'>(new URL('./consumer-worker.ts', import.meta.url), {
         functionEnv,
@@ -316,6 +321,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       url: `http://${host}:${port}`,
       demoApiKey,
       simulatorUrl,
+      demoBalanceNano,
       emulators,
       resources,
       config,
@@ -328,8 +334,10 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
           workers.map((w) => ask<{ served: number }>(w, 'served', 'served').then((r) => r.served)),
         )),
       ],
-      stop: async ({ graceMs = 0 } = {}) => {
-        if (graceMs > 0) {
+      stop: async ({ graceMs } = {}) => {
+        // A grace of 0 (SHUTDOWN_GRACE_MS=0) still drains: the calls under way are cut at once and charged as
+        // client_aborted, not dropped unrecorded. Only a stop given no grace at all (tests) skips it.
+        if (graceMs !== undefined) {
           await drain({
             graceMs,
             instances: [
@@ -366,6 +374,9 @@ const ask = <T>(worker: ServiceWorker<'ready'>, request: InstanceRequest, key: k
     worker.port.postMessage(request);
   });
 
+/** The least time the consumer is given to settle the calls a stop cut, whatever the grace. */
+const CUT_SETTLE_MS = 5_000;
+
 /**
  * The orderly part of a stop: requests finished, their records on the queue (an invocation ends only once SQS
  * has its record), the queue settled by the consumer. What could not be done in time is logged, not hidden.
@@ -391,12 +402,14 @@ const drain = async (options: {
           : ' and settled as client_aborted'),
     );
   const sqs = new SQSClient(options.sqs);
+  // Cut calls' settlements are money: the queue gets a few seconds for them even when the grace was 0.
+  const settleMs = cut > 0 ? Math.max(options.graceMs, CUT_SETTLE_MS) : options.graceMs;
   try {
     if (options.queueUrl) {
-      const left = await waitForEmptyQueue(sqs, options.queueUrl, options.graceMs);
+      const left = await waitForEmptyQueue(sqs, options.queueUrl, settleMs);
       if (left > 0)
         options.log(
-          `${left} settlement message${left === 1 ? ' was' : 's were'} still on the queue after ${options.graceMs} ms and are lost with it (their holds expire)`,
+          `${left} settlement message${left === 1 ? ' was' : 's were'} still on the queue after ${settleMs} ms and are lost with it (their holds expire)`,
         );
     }
     const dead = await messagesLeft(sqs, options.dlqUrl);

@@ -247,3 +247,24 @@ describe('npm start stopped with a call outlasting SHUTDOWN_GRACE_MS', () => {
     await expectChargedOnceEach(scenario, calls);
   }, 120_000);
 });
+
+describe('npm start stopped with SHUTDOWN_GRACE_MS=0', () => {
+  const scenario = 'no-grace';
+  let calls: Call[];
+
+  it('cuts the call under way at once, and still has it settled rather than dropped unrecorded', async () => {
+    const stack = await start(scenario, { SHUTDOWN_GRACE_MS: '0' });
+    const pending = [paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100)];
+    await admitted(scenario, 1);
+    calls = await stopDuring(stack, pending, () => stack.child.kill('SIGTERM'));
+    expect(calls[0]).toMatchObject({ status: 200, cut: true });
+    expect(stack.output()).toContain(
+      '1 request still running after 0 ms was cut and settled as client_aborted',
+    );
+    expect(stack.output()).not.toMatch(/lost with it/);
+  }, 120_000);
+
+  it('charged it once, as the client_aborted call it became', async () => {
+    await expectChargedOnceEach(scenario, calls);
+  }, 120_000);
+});
