@@ -83,7 +83,7 @@ const inference: Uses = {
     // Key and account lookups.
     accounts: ['GetItem'],
     // The catalog: a scan of models and deployments.
-    registry: ['GetItem', 'Scan'],
+    registry: ['Scan'],
     // Admission's transaction: the buckets' update, the wallet's debit and the hold's put, read back on a refusal.
     buckets: ['GetItem', 'UpdateItem'],
     wallet: ['GetItem', 'PutItem', 'UpdateItem'],
@@ -102,7 +102,7 @@ export const functions = {
   'audio-speech': { trigger: http('POST /v1/audio/speech'), uses: inference },
   models: {
     trigger: http('GET /v1/models', 'GET /v1/models/{id}'),
-    uses: { tables: { accounts: ['GetItem'], registry: ['GetItem', 'Scan'] } },
+    uses: { tables: { accounts: ['GetItem'], registry: ['Scan'] } },
     timeoutSeconds: 30,
   },
   settlement: {
@@ -112,8 +112,8 @@ export const functions = {
     uses: {
       tables: {
         wallet: ['GetItem', 'PutItem', 'UpdateItem', 'DeleteItem'],
-        buckets: ['GetItem', 'UpdateItem'],
-        usage: ['GetItem', 'PutItem', 'UpdateItem'],
+        buckets: ['UpdateItem'],
+        usage: ['PutItem', 'UpdateItem'],
       },
     },
     // The queue's visibility timeout is six times this (resources.ts): keep the two from one constant.
@@ -122,19 +122,19 @@ export const functions = {
   'hold-sweeper': {
     trigger: schedule('holdSweeper'),
     // Expired holds by their index, each released (deleted, its amount back to `available`) in a transaction.
-    uses: { tables: { wallet: ['Query', 'GetItem', 'UpdateItem', 'DeleteItem'] } },
+    uses: { tables: { wallet: ['Query', 'UpdateItem', 'DeleteItem'] } },
   },
   'price-sync': {
     trigger: schedule('priceSync'),
     // Reads providers' price lists with their keys; writes the deployments' upstream costs.
-    uses: { tables: { registry: ['GetItem', 'Scan', 'UpdateItem'] }, providerSecrets: true },
+    uses: { tables: { registry: ['Scan', 'UpdateItem'] }, providerSecrets: true },
     timeoutSeconds: 300,
   },
   'usage-report': {
     trigger: schedule('usageReport'),
     // It writes usage.json and nothing else: the status page's own files are the deployment's, not its.
     uses: {
-      tables: { usage: ['Query'], registry: ['GetItem', 'Scan'] },
+      tables: { usage: ['Query'], registry: ['Scan'] },
       buckets: { site: 'write' },
       bucketObjects: { site: buckets.site.usageReportKey },
     },

@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { isMainThread, parentPort } from 'node:worker_threads';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { type FunctionId, functions, type TableAction } from '#lib/functions.ts';
 import type { TableId } from '#lib/resources.ts';
@@ -13,8 +14,19 @@ import type { TableId } from '#lib/resources.ts';
  */
 export const invoking = new AsyncLocalStorage<FunctionId>();
 
-/** Calls refused so far in this thread, for tests to assert there were none. */
+/**
+ * Calls refused so far — in this thread, and in the worker threads it started (the settlement consumer and the
+ * sweeper, extra gateway instances), which post theirs here — for tests to assert there were none.
+ */
 export const grantViolations: string[] = [];
+
+/** A worker thread's message carrying a refusal (workers.ts hands it to `grantViolations`). */
+export interface GrantViolationMessage {
+  readonly grantViolation: string;
+}
+
+export const isGrantViolation = (message: unknown): message is GrantViolationMessage =>
+  typeof message === 'object' && message !== null && 'grantViolation' in message;
 
 type Needed = readonly { readonly table: string; readonly action: TableAction }[];
 
@@ -58,8 +70,9 @@ const neededBy = (command: string, input: Record<string, unknown>): Needed => {
         ];
       });
     default:
-      // Anything else (a table's creation, a describe) is the local host's own provisioning.
-      return [];
+      // Nothing a function's row can grant (a read in a transaction, a batch get, PartiQL): refused inside an
+      // invocation. Outside one (the local host creating its tables) nothing is checked.
+      return [{ table, action: command.replace(/Command$/, '') as TableAction }];
   }
 };
 
@@ -91,6 +104,8 @@ export const enforceTableGrants =
             if (id !== undefined && granted?.[id]?.includes(action)) continue;
             const denied = `${fn} is not authorized to perform: dynamodb:${action} on table ${id ?? table}`;
             grantViolations.push(denied);
+            if (!isMainThread)
+              parentPort?.postMessage({ grantViolation: denied } satisfies GrantViolationMessage);
             throw new AccessDeniedException(denied);
           }
         }

@@ -1,6 +1,7 @@
 import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { type TransferListItem, Worker } from 'node:worker_threads';
+import { grantViolations, isGrantViolation } from './table-grants.ts';
 
 /** A worker thread that reports readiness with its first message and stops on a `stop` message. */
 export interface ServiceWorker<T> {
@@ -16,8 +17,17 @@ export const startServiceWorker = async <T>(
   transferList: readonly TransferListItem[] = [],
 ): Promise<ServiceWorker<T>> => {
   const worker = new Worker(script, { workerData, transferList: [...transferList] });
+  // A call a function's grants refuse in the worker counts as one here (bin/local/table-grants.ts).
+  worker.on('message', (message: unknown) => {
+    if (isGrantViolation(message)) grantViolations.push(message.grantViolation);
+  });
   const ready = await new Promise<T>((resolve, reject) => {
-    worker.once('message', resolve);
+    const onReady = (message: unknown) => {
+      if (isGrantViolation(message)) return;
+      worker.off('message', onReady);
+      resolve(message as T);
+    };
+    worker.on('message', onReady);
     worker.once('error', reject);
     worker.once('exit', (code) => reject(new Error(`${script.pathname} exited (${code}) during startup`)));
   });

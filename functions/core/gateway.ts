@@ -160,7 +160,8 @@ export class Gateway {
     const probe = this.#probes.get(call)?.get(served.deployment) ?? null;
     // A non-stream reply's time is its whole generation's, which the client's request decides: not the
     // deployment's latency (health.ts `record`).
-    const firstByteMs = call.stream ? served.ms : null;
+    // (Speech answers as its first audio arrives, like a stream.)
+    const firstByteMs = call.stream || call.endpoint === 'audio.speech' ? served.ms : null;
     health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', firstByteMs, probe);
   }
 }

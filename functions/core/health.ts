@@ -69,6 +69,8 @@ const DEGRADED_SLOWDOWN = 3;
 const DEGRADED_MIN_EXTRA_MS = 250;
 /** How stale the median latency may be; it is a sort of the window, too dear for every request. */
 const P50_REFRESH_MS = 1000;
+/** What a request is told to wait while another is probing the circuit. */
+const PROBE_UNDER_WAY_MS = 2000;
 /** Samples kept per deployment; the window is also bounded in time. */
 const MAX_SAMPLES = 200;
 
@@ -179,8 +181,9 @@ export class HealthBoard {
   }
 
   /**
-   * How long until an open circuit half-opens and a request may probe it, ms: 0 when it is not open (or its probe
-   * is due, or taken by a request still under way, which settles it within a cool-down).
+   * How long until an open circuit half-opens and a request may probe it, ms: 0 when it is not open or its probe
+   * is due. While a probe is under way, a moment: its answer (within an upstream timeout) closes or reopens the
+   * circuit, and the client learns which on its next try — not at the end of a cool-down that may be minutes.
    */
   reopensInMs(deploymentId: string): number {
     const circuit = this.#circuits.get(deploymentId);
@@ -188,7 +191,7 @@ export class HealthBoard {
     const now = this.#clock.now();
     const halfOpen = circuit.openedAt + circuit.cooldownMs;
     if (halfOpen > now) return halfOpen - now;
-    return circuit.probe === null ? 0 : Math.max(0, circuit.probe.at + circuit.cooldownMs - now);
+    return circuit.probe === null ? 0 : PROBE_UNDER_WAY_MS;
   }
 
   reason(deploymentId: string): OpenReason | null {

@@ -162,10 +162,10 @@ class RelayedStream implements ChatStream {
   }
 }
 
-/** The same JSON without insignificant whitespace; data that is not JSON is kept, on one line. */
 /** A chunk's `model` field, whatever its value (the first is the chunk's own: OpenAI writes it first). */
 const MODEL_FIELD = /"model":"(?:[^"\\]|\\.)*"/;
 
+/** The same JSON without insignificant whitespace; data that is not JSON is kept, on one line. */
 const compact = (data: string): string => {
   try {
     return JSON.stringify(JSON.parse(data));

@@ -132,4 +132,39 @@ describe('Gateway and half-open probes', () => {
     gateway.observeEnd(probing, 'ok');
     expect(health.state('a')).toBe('closed');
   });
+
+  it("times a served call's latency only where it measures the deployment: streams and speech, not whole replies", async () => {
+    for (const [endpoint, stream, timed] of [
+      ['chat.completions', true, true],
+      ['audio.speech', false, true],
+      ['chat.completions', false, false],
+      ['embeddings', false, false],
+    ] as const) {
+      const clock = manualClock();
+      const health = new HealthBoard(POLICY, clock);
+      const gateway = new Gateway({
+        authenticator: {} as Authenticator,
+        admission: null,
+        catalog: async () => ({}) as Catalog,
+        clock,
+        random: () => 0,
+        maxAttempts: 3,
+        health,
+      });
+      const served = new CallRecorder(endpoint, 'req_t', clock);
+      served.stream = stream;
+      await gateway.route(
+        { model: chatModel(), deployments: [deployment({ id: 'a' })] },
+        served,
+        !stream,
+        async () => {
+          clock.advance(400);
+          return 'ok';
+        },
+      );
+      gateway.observeEnd(served, 'ok');
+      clock.advance(2_000); // past the median's refresh
+      expect(health.p50Ms('a'), `${endpoint} stream=${stream}`).toBe(timed ? 400 : null);
+    }
+  });
 });

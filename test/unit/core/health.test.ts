@@ -17,6 +17,21 @@ const setup = () => {
 };
 
 describe('HealthBoard circuit', () => {
+  it('says when a request may next try: the rest of the cool-down, then a moment while another request probes', () => {
+    const { board, advance, trip } = setup();
+    expect(board.reopensInMs('a')).toBe(0);
+    trip();
+    expect(board.reopensInMs('a')).toBe(POLICY.cooldownMs);
+    advance(POLICY.cooldownMs - 100);
+    expect(board.reopensInMs('a')).toBe(100);
+    advance(100);
+    expect(board.reopensInMs('a')).toBe(0); // half-open: the next request probes
+    expect(board.claimProbe('a')).not.toBeNull();
+    // The probe settles within an upstream timeout: not a whole cool-down (minutes after failed probes).
+    expect(board.reopensInMs('a')).toBeGreaterThan(0);
+    expect(board.reopensInMs('a')).toBeLessThanOrEqual(2_000);
+  });
+
   it('stays closed below the minimum number of calls, whatever they were', () => {
     const { board } = setup();
     for (let i = 0; i < 3; i++) board.record('a', 'server_error', 5);
