@@ -99,12 +99,20 @@ const required = (env: Env, name: string): string => {
   return value;
 };
 
+/**
+ * The longest delay a timer takes: Node fires a `setTimeout` of 2³¹ ms or more after 1 ms (with a warning), so a
+ * timeout set that long would cut every call at once rather than never.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 const integer = (env: Env, name: string, fallback: number, min = 0): number => {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < min) {
-    throw new Error(`Environment variable ${name} must be an integer >= ${min}, got "${raw}"`);
+  // Durations are timers' delays (and cache ages compared with them): the same ceiling for all.
+  const max = name.endsWith('_MS') ? MAX_TIMER_MS : Number.MAX_SAFE_INTEGER;
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new Error(`Environment variable ${name} must be an integer from ${min} to ${max}, got "${raw}"`);
   }
   return value;
 };
@@ -116,6 +124,14 @@ const fraction = (env: Env, name: string, fallback: number, max = 1): number => 
   if (!Number.isFinite(value) || value < 0 || value > max) {
     throw new Error(`Environment variable ${name} must be a number from 0 to ${max}, got "${raw}"`);
   }
+  return value;
+};
+
+/** A failure share that opens a circuit: 0 would open one on successes alone. */
+const positiveFraction = (env: Env, name: string, fallback: number): number => {
+  const value = fraction(env, name, fallback);
+  if (value === 0)
+    throw new Error(`Environment variable ${name} must be above 0 (0 opens circuits on successes)`);
   return value;
 };
 
@@ -167,7 +183,7 @@ export const loadConfig = (env: Env): Config => ({
   health: {
     windowMs: integer(env, 'HEALTH_WINDOW_MS', DEFAULT_HEALTH_POLICY.windowMs, 1000),
     minCalls: integer(env, 'HEALTH_MIN_CALLS', DEFAULT_HEALTH_POLICY.minCalls, 1),
-    failureRate: fraction(env, 'HEALTH_FAILURE_RATE', DEFAULT_HEALTH_POLICY.failureRate),
+    failureRate: positiveFraction(env, 'HEALTH_FAILURE_RATE', DEFAULT_HEALTH_POLICY.failureRate),
     overloadRun: integer(env, 'HEALTH_OVERLOAD_RUN', DEFAULT_HEALTH_POLICY.overloadRun, 1),
     cooldownMs: integer(env, 'CIRCUIT_COOLDOWN_MS', DEFAULT_HEALTH_POLICY.cooldownMs, 1),
     maxCooldownMs: integer(env, 'CIRCUIT_MAX_COOLDOWN_MS', DEFAULT_HEALTH_POLICY.maxCooldownMs, 1),

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Deployment, Model } from '#core/registry.ts';
+import { MAX_TIMER_MS } from '#functions/config.ts';
 
 /**
  * The registry's document shapes, shared by the DynamoDB adapter (items) and the registry file
@@ -66,8 +67,9 @@ export const deploymentSchema = z.strictObject({
   completionCapParam: z.enum(['max_tokens', 'max_completion_tokens']).optional(),
   timeouts: z
     .strictObject({
-      firstByteMs: z.number().int().positive().optional(),
-      idleMs: z.number().int().positive().optional(),
+      // At most a timer's longest delay: past it Node fires the timer at once, cutting every call.
+      firstByteMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
+      idleMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
     })
     .optional(),
   status: z.enum(['active', 'retired']).default('active'),

@@ -106,4 +106,20 @@ describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
       expect(() => loadConfig({ ...resources, [name]: '-1.5' }), name).toThrow(name);
     }
   });
+
+  it('refuses a duration no timer can wait, and a failure rate of 0 (circuits would open on successes)', () => {
+    const resources = {
+      ACCOUNTS_TABLE: 'a',
+      BUCKETS_TABLE: 'b',
+      WALLET_TABLE: 'w',
+      REGISTRY_TABLE: 'r',
+      USAGE_TABLE: 'u',
+      SETTLEMENT_QUEUE_URL: 'q',
+    };
+    for (const name of TUNABLE_ENV.filter((n) => n.endsWith('_MS'))) {
+      expect(() => loadConfig({ ...resources, [name]: '3000000000' }), name).toThrow(name);
+      expect(() => loadConfig({ ...resources, [name]: String(2 ** 31 - 1) }), name).not.toThrow();
+    }
+    expect(() => loadConfig({ ...resources, HEALTH_FAILURE_RATE: '0' })).toThrow('HEALTH_FAILURE_RATE');
+  });
 });

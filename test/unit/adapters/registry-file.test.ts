@@ -122,6 +122,13 @@ describe('registry file', () => {
     ]);
   });
 
+  it('refuses a timeout no timer can wait (2³¹ ms or more fires at once, failing every call)', () => {
+    const input = file(2);
+    (input.deployments[0] as Record<string, unknown>).timeouts = { firstByteMs: 3_000_000_000 };
+    (input.deployments[1] as Record<string, unknown>).timeouts = { idleMs: 2 ** 31 - 1 };
+    expect(issues(input)).toEqual([expect.stringMatching(/^deployments\[0\]\.timeouts\.firstByteMs: /)]);
+  });
+
   it('takes upstream model names as providers spell them, but no control characters', () => {
     const input = file(4);
     const names = [
