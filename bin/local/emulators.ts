@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -46,15 +46,66 @@ export const localClientConfig = (endpoint: string) => ({
 
 /** Starts DynamoDB Local (a JVM child process) and the SQS/S3 emulators (a worker thread) on loopback. */
 export const startEmulators = async (options: EmulatorOptions = {}): Promise<Emulators> => {
-  const [dynamo, worker] = await Promise.all([startDynamoDb(options), startWorker(options)]);
+  const release = options.dataDir ? lockDataDir(options.dataDir) : () => {};
+  let started: [Awaited<ReturnType<typeof startDynamoDb>>, Awaited<ReturnType<typeof startWorker>>];
+  try {
+    started = await Promise.all([startDynamoDb(options), startWorker(options)]);
+  } catch (error) {
+    release();
+    throw error;
+  }
+  const [dynamo, worker] = started;
   return {
     dynamodb: dynamo.endpoint,
     sqs: worker.sqs,
     s3: worker.s3,
     stop: async () => {
       await Promise.all([dynamo.stop(), worker.stop()]);
+      release();
     },
   };
+};
+
+/**
+ * Claims a DATA_DIR for this process. Two stacks on one directory would run two DynamoDB Local JVMs on one SQLite
+ * file: locked-out writes, calls refused as "accounting store unreachable", settlements lost. A pid file marks the
+ * directory in use; one left by a process that no longer runs (a crash, a kill -9) is taken over. Returns the
+ * release.
+ */
+const lockDataDir = (dir: string): (() => void) => {
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, 'in-use.pid');
+  for (let attempt = 0; ; attempt++) {
+    try {
+      writeFileSync(file, String(process.pid), { flag: 'wx' });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 2) throw error;
+      const holder = Number(readFileSync(file, 'utf8').trim());
+      if (Number.isInteger(holder) && holder > 0 && running(holder))
+        throw new Error(
+          `DATA_DIR ${dir} is in use by another npm start (pid ${holder}): stop it first, or use another DATA_DIR`,
+        );
+      rmSync(file, { force: true });
+    }
+  }
+  return () => {
+    try {
+      if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
+    } catch {
+      // Already gone.
+    }
+  };
+};
+
+/** Whether a process runs (one we may not signal runs too). */
+const running = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 };
 
 const freePort = (): Promise<number> =>

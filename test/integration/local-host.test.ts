@@ -56,6 +56,10 @@ describe('DATA_DIR', () => {
       demoBalanceNano: 5 * NANO_PER_USD,
       functionEnv: { LOG_LEVEL: 'silent' },
     });
+    // One stack per DATA_DIR: a second would run a second JVM on the same store.
+    await expect(startLocalStack({ port: 0, dataDir, functionEnv: { LOG_LEVEL: 'silent' } })).rejects.toThrow(
+      /DATA_DIR .* is in use by another npm start/,
+    );
     const client = new DynamoDBClient(localClientConfig(first.emulators.dynamodb));
     await new DynamoAccounts(client, first.resources.tables.accounts).createAccount({
       id: 'acct_kept',
