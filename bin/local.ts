@@ -54,7 +54,16 @@ if (env.CONSUMERS && env.CONSUMERS !== 'on' && env.CONSUMERS !== 'off') fail(`CO
 if (env.REGISTRY_FILE && env.UPSTREAM_BASE_URL) {
   fail("set REGISTRY_FILE or UPSTREAM_BASE_URL, not both (a registry file names each deployment's upstream)");
 }
-if (env.UPSTREAM_BASE_URL && !/^https?:\/\//.test(env.UPSTREAM_BASE_URL)) {
+/** Whether a URL parses, as http(s), with a host: anything else starts a stack whose every call fails. */
+const httpUrl = (raw: string): boolean => {
+  try {
+    const url = new URL(raw);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+  } catch {
+    return false;
+  }
+};
+if (env.UPSTREAM_BASE_URL && !httpUrl(env.UPSTREAM_BASE_URL)) {
   fail(`UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL}"`);
 }
 

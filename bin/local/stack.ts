@@ -1,4 +1,4 @@
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer } from 'node:net';
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import type { Clock } from '#core/ports.ts';
@@ -286,6 +286,9 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       container.log.error('local host failed a request', { error }),
     );
     const { server } = main;
+    // Several instances share the port (SO_REUSEPORT), and so would another stack's listening the same way: the
+    // kernel would split connections between them. Checked free first, without the option.
+    if (instances > 1 && (options.port ?? 8787) !== 0) await portIsFree(options.port ?? 8787, host);
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen({ port: options.port ?? 8787, host, reusePort: instances > 1 }, resolve);
@@ -372,6 +375,14 @@ const ask = <T>(worker: ServiceWorker<'ready'>, request: InstanceRequest, key: k
     };
     worker.port.on('message', onMessage);
     worker.port.postMessage(request);
+  });
+
+/** Resolves when nothing listens on `port`; rejects with the listen error (EADDRINUSE) otherwise. */
+const portIsFree = (port: number, host: string): Promise<void> =>
+  new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen({ port, host }, () => probe.close(() => resolve()));
   });
 
 /** The least time the consumer is given to settle the calls a stop cut, whatever the grace. */

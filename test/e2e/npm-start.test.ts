@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
+import { type AddressInfo, connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -202,4 +202,40 @@ describe('npm start', () => {
     const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']);
     expect(stdout).not.toContain(`-port ${port}`);
   });
+});
+
+describe('npm start with a configuration that cannot work', () => {
+  const refused = (extra: Record<string, string>) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        ['bin/local.ts'],
+        { cwd: ROOT, env: { ...env(), PORT: '0', ...extra }, timeout: 60_000 },
+        (error, _stdout, stderr) => resolve({ code: error ? (error.code as number | null) : 0, stderr }),
+      );
+    });
+
+  it.each(['http://exa mple/v1', 'http://', 'ftp://example.com/v1'])(
+    'refuses UPSTREAM_BASE_URL=%s before starting anything (every call would fail)',
+    async (url) => {
+      const { code, stderr } = await refused({ UPSTREAM_BASE_URL: url });
+      expect(code).toBe(1);
+      expect(stderr).toContain('UPSTREAM_BASE_URL must be an http(s) URL');
+    },
+  );
+
+  it('refuses a port another process listens on, also when its instances would share it (SO_REUSEPORT)', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) =>
+      taken.listen({ port: 0, host: '127.0.0.1', reusePort: true }, resolve),
+    );
+    const { port } = taken.address() as AddressInfo;
+    try {
+      const { code, stderr } = await refused({ PORT: String(port), GATEWAY_INSTANCES: '2' });
+      expect(code).not.toBe(0);
+      expect(stderr).toContain('EADDRINUSE');
+    } finally {
+      await new Promise((resolve) => taken.close(resolve));
+    }
+  }, 90_000);
 });
