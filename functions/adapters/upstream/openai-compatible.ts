@@ -95,6 +95,8 @@ class RelayedStream implements ChatStream {
   readonly #first: string;
   readonly #upstream: UpstreamEvents;
   readonly #modelLabel: string;
+  /** The `model` field as the upstream writes it when it names the model it was asked for. */
+  readonly #modelNeedle: string;
   /** The replacement, as a function: a `$` in a label must not read as a replacement pattern. */
   readonly #relabel = (): string => this.#modelLabel;
   readonly #stripNullUsage: boolean;
@@ -108,6 +110,7 @@ class RelayedStream implements ChatStream {
     this.#first = first;
     this.#upstream = upstream;
     this.#modelLabel = `"model":${JSON.stringify(call.publicModel)}`;
+    this.#modelNeedle = `"model":${JSON.stringify(call.deployment.upstreamModel)}`;
     this.#choices = typeof call.body.n === 'number' ? call.body.n : 1;
     // We forced include_usage upstream; a client that did not ask should not see `"usage":null` either.
     this.#stripNullUsage = !call.clientWantsUsage;
@@ -144,7 +147,12 @@ class RelayedStream implements ChatStream {
     let data = raw.includes('\n') || raw.includes('": ') || raw.includes('" :') ? compact(raw) : raw;
     // Whatever model the upstream names — OpenAI answers `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, not the name it
     // was asked for — the client sees the public id, as in a non-stream reply. Unescaped, `"model":"` is a key.
-    data = data.replace(MODEL_FIELD, this.#relabel);
+    // The name it was asked for is the common case, replaced as plain text; any other takes the pattern.
+    const asked = data.indexOf(this.#modelNeedle);
+    data =
+      asked !== -1
+        ? data.slice(0, asked) + this.#modelLabel + data.slice(asked + this.#modelNeedle.length)
+        : data.replace(MODEL_FIELD, this.#relabel);
     this.#finishes += countOf(data, '"finish_reason":"');
     const usageAt = data.lastIndexOf('"usage":');
     if (usageAt !== -1 && data.charCodeAt(usageAt + 8) === 123 /* { */) {
