@@ -288,10 +288,11 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     const { server } = main;
     // Several instances share the port (SO_REUSEPORT), and so would another stack's listening the same way: the
     // kernel would split connections between them. Checked free first, without the option.
-    if (instances > 1 && (options.port ?? 8787) !== 0) await portIsFree(options.port ?? 8787, host);
+    const wanted = options.port ?? 8787;
+    if (instances > 1 && wanted !== 0) await portIsFree(wanted, host);
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen({ port: options.port ?? 8787, host, reusePort: instances > 1 }, resolve);
+      server.listen({ port: wanted, host, reusePort: instances > 1 }, resolve);
     });
     stops.push(async () => {
       server.closeAllConnections();

@@ -30,50 +30,41 @@ export const isGrantViolation = (message: unknown): message is GrantViolationMes
 
 type Needed = readonly { readonly table: string; readonly action: TableAction }[];
 
-/** The (table, action) pairs a DynamoDB command needs, as IAM evaluates it. */
+/** The item action each kind of transaction item needs. */
+const ITEM_ACTIONS: Readonly<Record<string, TableAction>> = {
+  Put: 'PutItem',
+  Update: 'UpdateItem',
+  Delete: 'DeleteItem',
+  ConditionCheck: 'ConditionCheckItem',
+};
+
+/**
+ * The (table, action) pairs a DynamoDB command needs, as IAM evaluates it. A single-table command needs the action
+ * it is named after (`GetItemCommand` → GetItem), which also refuses, inside an invocation, anything no row grants
+ * (a read in a transaction, a batch get, PartiQL). Outside one (the local host creating its tables) nothing is
+ * checked.
+ */
 const neededBy = (command: string, input: Record<string, unknown>): Needed => {
+  if (command === 'BatchWriteItemCommand')
+    return Object.keys((input.RequestItems as object) ?? {}).map((table) => ({
+      table,
+      action: 'BatchWriteItem',
+    }));
+  if (command === 'TransactWriteItemsCommand')
+    return ((input.TransactItems as Record<string, Record<string, unknown>>[]) ?? []).flatMap((item) => {
+      const [kind = '', body] = Object.entries(item)[0] ?? [];
+      const table = typeof body?.TableName === 'string' ? body.TableName : '';
+      return [
+        // An item of a kind not listed needs an action no row grants.
+        { table, action: ITEM_ACTIONS[kind] ?? (`${kind}Item` as TableAction) },
+        // A refusal's ALL_OLD item is a read.
+        ...(body?.ReturnValuesOnConditionCheckFailure === 'ALL_OLD'
+          ? [{ table, action: 'GetItem' as const }]
+          : []),
+      ];
+    });
   const table = typeof input.TableName === 'string' ? input.TableName : '';
-  const readBack = (item: Record<string, unknown>) => item.ReturnValuesOnConditionCheckFailure === 'ALL_OLD';
-  switch (command) {
-    case 'GetItemCommand':
-      return [{ table, action: 'GetItem' }];
-    case 'QueryCommand':
-      return [{ table, action: 'Query' }];
-    case 'ScanCommand':
-      return [{ table, action: 'Scan' }];
-    case 'PutItemCommand':
-      return [{ table, action: 'PutItem' }];
-    case 'UpdateItemCommand':
-      return [{ table, action: 'UpdateItem' }];
-    case 'DeleteItemCommand':
-      return [{ table, action: 'DeleteItem' }];
-    case 'BatchWriteItemCommand':
-      return Object.keys((input.RequestItems as object) ?? {}).map((t) => ({
-        table: t,
-        action: 'BatchWriteItem',
-      }));
-    case 'TransactWriteItemsCommand':
-      return ((input.TransactItems as Record<string, Record<string, unknown>>[]) ?? []).flatMap((item) => {
-        const [kind, body] = Object.entries(item)[0] ?? [];
-        const action = (
-          {
-            Put: 'PutItem',
-            Update: 'UpdateItem',
-            Delete: 'DeleteItem',
-            ConditionCheck: 'ConditionCheckItem',
-          } as const
-        )[kind as 'Put'];
-        const on = typeof body?.TableName === 'string' ? body.TableName : '';
-        return [
-          { table: on, action: action ?? ('UpdateItem' as const) },
-          ...(body && readBack(body) ? [{ table: on, action: 'GetItem' as const }] : []),
-        ];
-      });
-    default:
-      // Nothing a function's row can grant (a read in a transaction, a batch get, PartiQL): refused inside an
-      // invocation. Outside one (the local host creating its tables) nothing is checked.
-      return [{ table, action: command.replace(/Command$/, '') as TableAction }];
-  }
+  return [{ table, action: command.replace(/Command$/, '') as TableAction }];
 };
 
 class AccessDeniedException extends Error {

@@ -98,6 +98,16 @@ const LIMITS_GEN = 'limitsGen';
 const genOf = (item: Record<string, AttributeValue> | undefined): number =>
   Number(item?.[LIMITS_GEN]?.N ?? 0);
 
+/**
+ * The condition that the buckets item (its `#gen` name bound to LIMITS_GEN) is at generation `gen`, with the value
+ * bound to `placeholder` in `values`. Generation 0 is an item written before any change: without the attribute.
+ */
+const sameGeneration = (gen: number, values: Record<string, AttributeValue>, placeholder: string): string => {
+  if (gen === 0) return 'attribute_not_exists(#gen)';
+  values[placeholder] = N(gen);
+  return `#gen = ${placeholder}`;
+};
+
 const failed = (reason: CancellationReason | undefined) => reason?.Code === 'ConditionalCheckFailed';
 const conflicted = (reasons: readonly CancellationReason[]) =>
   reasons.some(
@@ -174,11 +184,7 @@ export class DynamoAccounting implements AccountingStore {
     // The buckets are kept under one generation of the account's limits; increments computed under another (a
     // profile cached from before a change) would be charged at the wrong rate.
     names['#gen'] = LIMITS_GEN;
-    if (plan.limitsGen === 0) conditions.push('attribute_not_exists(#gen)');
-    else {
-      values[':gen'] = N(plan.limitsGen);
-      conditions.push('#gen = :gen');
-    }
+    conditions.push(sameGeneration(plan.limitsGen, values, ':gen'));
     const items: TransactWriteItem[] = [
       {
         Update: {
@@ -232,7 +238,7 @@ export class DynamoAccounting implements AccountingStore {
       return {
         ok: false,
         bucket: failed(reasons[0]) ? bucketOf(reasons[0]?.Item) : null,
-        ...(failed(reasons[0]) ? { bucketGen: genOf(reasons[0]?.Item) } : {}),
+        bucketGen: failed(reasons[0]) ? genOf(reasons[0]?.Item) : 0,
         wallet: plan.hold && failed(reasons[1]) ? walletOf(reasons[1]?.Item) : null,
         conflict: conflicted(reasons),
       };
@@ -602,7 +608,7 @@ export class DynamoAccounting implements AccountingStore {
     if (!profile) return { buckets: null, exists: false, gen: 0 };
     const current = profileOf(accountId, profile);
     const target = next(current);
-    if (!target) return { buckets: null, exists: true, gen: current.limitsGen ?? 0 };
+    if (!target) return { buckets: null, exists: true, gen: current.limitsGen };
     const state = bucketOf(buckets);
     const rescaled = rescaleBuckets(
       state,
@@ -614,15 +620,11 @@ export class DynamoAccounting implements AccountingStore {
     // A new generation of the limits, on the buckets and (by the caller) on the profile in the same transaction:
     // admissions computed under the old profile are refused from here on, and retried under the new one.
     const seenGen = genOf(buckets);
-    const gen = Math.max(seenGen, current.limitsGen ?? 0) + 1;
+    const gen = Math.max(seenGen, current.limitsGen) + 1;
     const names: Record<string, string> = { '#gen': LIMITS_GEN };
     const values: Record<string, AttributeValue> = { ':gen': N(gen) };
     const conditions = changed.map((_, i) => `#d${i} = :old${i}`);
-    if (seenGen === 0) conditions.push('attribute_not_exists(#gen)');
-    else {
-      values[':seenGen'] = N(seenGen);
-      conditions.push('#gen = :seenGen');
-    }
+    conditions.push(sameGeneration(seenGen, values, ':seenGen'));
     changed.forEach((d, i) => {
       names[`#d${i}`] = d;
       values[`:old${i}`] = N(state[d] as number);

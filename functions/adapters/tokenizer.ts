@@ -15,12 +15,16 @@ const SLICE = 256;
 // Whitespace runs too: 80,000 tabs and spaces took 19 s.
 const LONG_RUN = new RegExp(`\\S{${SLICE + 1},}|\\s{${SLICE + 1},}`, 'g');
 
-/** A long run's slices, in order; never splitting a surrogate pair (each half would count as an unknown byte). */
+/** `end`, or one before it when a cut there would split a surrogate pair (each half counts as an unknown byte). */
+const pairSafe = (text: string, end: number): number => {
+  const last = text.charCodeAt(end - 1);
+  return end < text.length && last >= 0xd800 && last <= 0xdbff ? end - 1 : end;
+};
+
+/** A long run's slices, in order. */
 function* slicesOf(run: string): Generator<string> {
   for (let at = 0; at < run.length; ) {
-    let end = Math.min(at + SLICE, run.length);
-    const last = run.charCodeAt(end - 1);
-    if (end < run.length && last >= 0xd800 && last <= 0xdbff) end--;
+    const end = pairSafe(run, Math.min(at + SLICE, run.length));
     yield run.slice(at, end);
     at = end;
   }
@@ -56,18 +60,14 @@ const CHUNK = 16_384;
  */
 const CUT_SLACK = 8;
 
-/** `piece` in parts of at most CHUNK characters, cut after a whitespace where one is near, with how many cuts. */
+/** `piece` in parts of at most CHUNK characters, cut after a whitespace where one is near. */
 function* partsOf(piece: string): Generator<string> {
   for (let at = 0; at < piece.length; ) {
     let end = Math.min(at + CHUNK, piece.length);
     if (end < piece.length) {
       let cut = end;
       while (cut > end - SLICE && !/\s/.test(piece[cut - 1] as string)) cut--;
-      if (cut > end - SLICE) end = cut;
-      else {
-        const last = piece.charCodeAt(end - 1);
-        if (last >= 0xd800 && last <= 0xdbff) end--;
-      }
+      end = cut > end - SLICE ? cut : pairSafe(piece, end);
     }
     yield piece.slice(at, end);
     at = end;

@@ -9,11 +9,11 @@ export interface AccountProfile {
   /** A volume account's custom quota, dimension by dimension. */
   readonly quota: Partial<Limits> | null;
   /**
-   * How many times the account's limits have changed (a tier upgrade, a new quota); absent: never. Admission names
-   * the generation whose limits it charges by, and the buckets refuse any other: an instance still holding the
-   * old profile in its cache must not add the old limits' increments to buckets rescaled to the new ones.
+   * How many times the account's limits have changed (a tier upgrade, a new quota); 0: never. Admission names the
+   * generation whose limits it charges by, and the buckets refuse any other: an instance still holding the old
+   * profile in its cache must not add the old limits' increments to buckets rescaled to the new ones.
    */
-  readonly limitsGen?: number;
+  readonly limitsGen: number;
 }
 
 export interface AccountDirectory {
@@ -55,7 +55,7 @@ export interface AdmitPlan {
   readonly dimensions: readonly DimensionUpdate[];
   /** Null for free models: nothing is held. */
   readonly hold: HoldPlan | null;
-  /** The limits generation the increments were computed under (AccountProfile.limitsGen, 0 when absent). */
+  /** The limits generation the increments were computed under (AccountProfile.limitsGen). */
   readonly limitsGen: number;
 }
 
@@ -69,8 +69,8 @@ export type AdmitResult =
       readonly ok: false;
       /** The bucket's actual state when its condition failed, else null. */
       readonly bucket: BucketState | null;
-      /** With `bucket`: the limits generation the buckets are kept under (0: never changed). */
-      readonly bucketGen?: number;
+      /** The limits generation the buckets are kept under, read with `bucket` (0: never changed, or no bucket). */
+      readonly bucketGen: number;
       /** The wallet's actual state when its condition failed (zeros when it has none), else null. */
       readonly wallet: WalletState | null;
       /** Another transaction touched the same items at the same moment: retry. */

@@ -177,7 +177,7 @@ export class Admission {
           requestId: request.requestId,
           dimensions,
           hold,
-          limitsGen: profile.limitsGen ?? 0,
+          limitsGen: profile.limitsGen,
         });
       } catch (error) {
         throw new ServiceUnavailableError(
@@ -209,7 +209,7 @@ export class Admission {
         await this.#options.sleep(this.#options.random() * 5 * 2 ** attempt);
         continue;
       }
-      if (result.bucket && (result.bucketGen ?? 0) !== (profile.limitsGen ?? 0)) {
+      if (result.bucket && result.bucketGen !== profile.limitsGen) {
         // The account's limits changed since this instance cached its profile (a first top-up, a new quota): the
         // buckets were rescaled to the new limits. Admit under those, from the state the store reported.
         profile = await this.#profile(principal.accountId, true);

@@ -22,12 +22,10 @@ const NO_PROBES: ReadonlyMap<string, ProbeToken> = new Map();
  * overloads (busy — retry later), else 503.
  */
 export const planRoute = (listed: readonly Deployment[], random: Random, health?: HealthBoard): RoutePlan => {
+  const model = listed[0]?.model ?? 'this model';
   const deployments = listed.filter((d) => d.weight > 0);
-  if (deployments.length === 0) {
-    throw new ServiceUnavailableError(
-      `No deployment of \`${listed[0]?.model ?? 'this model'}\` is available right now.`,
-    );
-  }
+  if (deployments.length === 0)
+    throw new ServiceUnavailableError(`No deployment of \`${model}\` is available right now.`);
   if (!health) return { deployments: byPriority(deployments, random), probes: NO_PROBES };
   const probing: Deployment[] = [];
   const probes = new Map<string, ProbeToken>();
@@ -51,7 +49,6 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
   }
   const plan = [...probing, ...byPriority(healthy, random), ...byPriority(degraded, random)];
   if (plan.length > 0) return { deployments: plan, probes };
-  const model = deployments[0]?.model ?? 'this model';
   // When a request may next find a deployment to try: the earliest half-open. SDKs retry on Retry-After, and a
   // hint of 1 s for a 15 s cool-down (up to 5 min after failed probes) spends their retries in vain.
   const waitMs = Math.max(1, Math.min(...deployments.map((d) => health.reopensInMs(d.id))));
@@ -59,7 +56,7 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
     'retry-after': String(Math.ceil(waitMs / 1000)),
     'retry-after-ms': String(Math.ceil(waitMs)),
   };
-  if (deployments.length > 0 && deployments.every((d) => health.reason(d.id) === 'overloaded')) {
+  if (deployments.every((d) => health.reason(d.id) === 'overloaded')) {
     throw new EngineOverloadedError({ headers: retry });
   }
   // Every upstream of this model is failing: a fault of the model (its row and uptime in the usage report),

@@ -88,7 +88,6 @@ export interface SettlementRecord {
   };
 }
 
-/** Outcome and fault for a request that ended in an error response. */
 /**
  * A fault's detail is an error's message, which can echo what the caller sent: bounded, so that no request can
  * make its settlement record too large for the queue (the record is its call's only trace).
@@ -97,6 +96,7 @@ const boundedDetail = (detail: string): string =>
   detail.length <= MAX_DETAIL ? detail : `${detail.slice(0, MAX_DETAIL)}…`;
 const MAX_DETAIL = 1_000;
 
+/** Outcome and fault for a request that ended in an error response. */
 export const classifyError = (error: unknown): { outcome: Outcome; status: number; fault: Fault } => {
   if (!(error instanceof ApiError)) {
     return {

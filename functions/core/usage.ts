@@ -43,10 +43,6 @@ export const openAiChatUsage = (usage: Usage) => ({
 });
 
 /**
- * Reads an OpenAI-style `usage` object. Returns null when it is absent or malformed, so the caller
- * falls back to its own estimate instead of billing garbage.
- */
-/**
  * An upstream's usage with its completion held to what the call allowed (`limit`: the completion cap sent, times
  * the choices asked for). A model cannot write more than its cap, so a report above it is a provider's error —
  * and billing it would debit far past the hold the cap sized (a probe's fake upstream reported 5 M tokens for a
@@ -57,6 +53,10 @@ export const withinCompletionLimit = (usage: Usage, limit: number): Usage =>
     ? usage
     : { ...usage, completionTokens: limit, reasoningTokens: Math.min(usage.reasoningTokens, limit) };
 
+/**
+ * Reads an OpenAI-style `usage` object. Returns null when it is absent or malformed, so the caller
+ * falls back to its own estimate instead of billing garbage.
+ */
 export const parseOpenAiUsage = (raw: unknown): Usage | null => {
   const prompt = count(nested(raw, 'prompt_tokens'));
   const completion = count(nested(raw, 'completion_tokens')) ?? 0;

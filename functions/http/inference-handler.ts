@@ -83,7 +83,7 @@ const noteNamedModel = async (event: HttpEvent, call: CallRecorder, c: Container
     const id = typeof body === 'object' && body !== null && 'model' in body ? body.model : undefined;
     if (typeof id === 'string') call.model = (await c.registry.catalog()).named(id, KIND[call.endpoint]);
   } catch {
-    // Not JSON, or no catalog to ask: the call stays under `-`, and the client gets the 400 all the same.
+    // No valid key, not JSON, or no catalog to ask: the call stays under `-`, and the client gets the 400 all the same.
   }
 };
 

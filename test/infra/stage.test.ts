@@ -86,6 +86,15 @@ describe('stageConfig', () => {
 });
 
 describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
+  /** The names every function needs to start at all. */
+  const resources = {
+    ACCOUNTS_TABLE: 'a',
+    BUCKETS_TABLE: 'b',
+    WALLET_TABLE: 'w',
+    REGISTRY_TABLE: 'r',
+    USAGE_TABLE: 'u',
+    SETTLEMENT_QUEUE_URL: 'q',
+  };
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
   const documented = [...readme.matchAll(/^\| `([A-Z_]+)` \|/gm)].map((m) => m[1]);
 
@@ -94,28 +103,12 @@ describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
   });
 
   it('lists only settings the functions read (a bad value fails the cold start, naming it)', () => {
-    const resources = {
-      ACCOUNTS_TABLE: 'a',
-      BUCKETS_TABLE: 'b',
-      WALLET_TABLE: 'w',
-      REGISTRY_TABLE: 'r',
-      USAGE_TABLE: 'u',
-      SETTLEMENT_QUEUE_URL: 'q',
-    };
     for (const name of TUNABLE_ENV) {
       expect(() => loadConfig({ ...resources, [name]: '-1.5' }), name).toThrow(name);
     }
   });
 
   it('refuses a duration no timer can wait, and a failure rate of 0 (circuits would open on successes)', () => {
-    const resources = {
-      ACCOUNTS_TABLE: 'a',
-      BUCKETS_TABLE: 'b',
-      WALLET_TABLE: 'w',
-      REGISTRY_TABLE: 'r',
-      USAGE_TABLE: 'u',
-      SETTLEMENT_QUEUE_URL: 'q',
-    };
     for (const name of TUNABLE_ENV.filter((n) => n.endsWith('_MS'))) {
       expect(() => loadConfig({ ...resources, [name]: '3000000000' }), name).toThrow(name);
       expect(() => loadConfig({ ...resources, [name]: String(2 ** 31 - 1) }), name).not.toThrow();

@@ -346,21 +346,21 @@ export const finishReason = (stopReason: unknown): FinishReason => {
 };
 
 /**
- * Routing's reading of an Anthropic error status (and the `error.type` of its body):
- * - 529 `overloaded_error` and 429 `rate_limit_error` → `overloaded`: busy, try another deployment.
- * - 401 `authentication_error`, 403 `permission_error`, 402 `billing_error` → `auth`: our key is at fault,
- *   so the deployment's next key is tried.
- * - 500 `api_error` and other 5xx, 404 (wrong model or base URL), 408, 409 → `server_error`.
- * - 400 `invalid_request_error`, 413 `request_too_large`, other 4xx → `rejected`: not retried, a 400 for
- *   the client, as the openai-compatible adapter does.
- */
-/**
  * Anthropic says our account is out of credit with a 400 `invalid_request_error` ("Your credit balance is too low to
  * access the Anthropic API…"), not a 402: it is our provider account that cannot pay, like a bad key — another
  * deployment may serve — and the client must not be told our billing state as if its request were at fault.
  */
 const OUT_OF_CREDIT = /credit balance is too low/i;
 
+/**
+ * Routing's reading of an Anthropic error status (and the `error.type` and message of its body):
+ * - 529 `overloaded_error` and 429 `rate_limit_error` → `overloaded`: busy, try another deployment.
+ * - 401 `authentication_error`, 403 `permission_error`, 402 `billing_error`, and the 400 that says our account is
+ *   out of credit → `auth`: our key or account is at fault, so the deployment's next key is tried.
+ * - 500 `api_error` and other 5xx, 404 (wrong model or base URL), 408, 409 → `server_error`.
+ * - 400 `invalid_request_error`, 413 `request_too_large`, other 4xx → `rejected`: not retried, a 400 for
+ *   the client, as the openai-compatible adapter does.
+ */
 export const anthropicFailureKind = (
   status: number,
   errorType: string | null,

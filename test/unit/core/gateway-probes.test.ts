@@ -13,10 +13,9 @@ const POLICY = TEST_HEALTH_POLICY;
  * How a routed call reports a half-open probe back to deployment health: the gateway carries the probe's
  * token from routing to the attempt's outcome and to the call's end.
  */
-const setup = () => {
-  const clock = manualClock();
-  const health = new HealthBoard(POLICY, clock);
-  const gateway = new Gateway({
+/** A gateway routing on `health` alone: no keys, no admission, no catalog. */
+const gatewayOn = (clock: ReturnType<typeof manualClock>, health: HealthBoard) =>
+  new Gateway({
     authenticator: {} as Authenticator,
     admission: null,
     catalog: async () => ({}) as Catalog,
@@ -25,6 +24,11 @@ const setup = () => {
     maxAttempts: 3,
     health,
   });
+
+const setup = () => {
+  const clock = manualClock();
+  const health = new HealthBoard(POLICY, clock);
+  const gateway = gatewayOn(clock, health);
   const resolved = {
     model: chatModel(),
     deployments: [deployment({ id: 'a', priority: 1 }), deployment({ id: 'b', priority: 2 })],
@@ -142,15 +146,7 @@ describe('Gateway and half-open probes', () => {
     ] as const) {
       const clock = manualClock();
       const health = new HealthBoard(POLICY, clock);
-      const gateway = new Gateway({
-        authenticator: {} as Authenticator,
-        admission: null,
-        catalog: async () => ({}) as Catalog,
-        clock,
-        random: () => 0,
-        maxAttempts: 3,
-        health,
-      });
+      const gateway = gatewayOn(clock, health);
       const served = new CallRecorder(endpoint, 'req_t', clock);
       served.stream = stream;
       await gateway.route(
