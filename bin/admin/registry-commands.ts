@@ -137,7 +137,11 @@ export const runRegistryCommand = async (
         const contents = await current();
         const { errors } = checkRegistry(contents);
         for (const error of errors) warn(`warning: a load would refuse ${describeIssue(error)}`);
-        return JSON.stringify(toRegistryFile(contents), null, 2);
+        return JSON.stringify(
+          toRegistryFile(contents, where.simulatorUrl ? { simulatorUrl: where.simulatorUrl } : {}),
+          null,
+          2,
+        );
       }
 
       case 'models list': {

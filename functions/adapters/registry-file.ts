@@ -412,12 +412,28 @@ export const canonicalJson = (value: unknown): string =>
  * A registry as a registry file: every entry (retired ones too, so loading the file back changes nothing),
  * fields in the schema's order, models by id and deployments by model, priority and id.
  */
-export const toRegistryFile = (registry: Registry): { models: Model[]; deployments: Deployment[] } => ({
-  models: [...registry.models].sort(byId).map((m) => modelSchema.parse(m) as Model),
-  deployments: [...registry.deployments]
-    .sort((a, b) => compare(a.model, b.model) || a.priority - b.priority || compare(a.id, b.id))
-    .map((d) => deploymentSchema.parse(d) as Deployment),
-});
+export const toRegistryFile = (
+  registry: Registry,
+  options: { readonly simulatorUrl?: string } = {},
+): { models: Model[]; deployments: Deployment[] } => {
+  const simulator = options.simulatorUrl?.replace(/\/+$/, '');
+  // A deployment on the local host's simulator is written back as the placeholder it was loaded from: the
+  // simulator's port changes with every `npm start`, and a file naming this one's would point the next at
+  // nothing.
+  const portable = (baseUrl: string): string =>
+    simulator && (baseUrl === simulator || baseUrl.startsWith(`${simulator}/`))
+      ? SIMULATOR_URL_PLACEHOLDER + baseUrl.slice(simulator.length)
+      : baseUrl;
+  return {
+    models: [...registry.models].sort(byId).map((m) => modelSchema.parse(m) as Model),
+    deployments: [...registry.deployments]
+      .sort((a, b) => compare(a.model, b.model) || a.priority - b.priority || compare(a.id, b.id))
+      .map((d) => {
+        const parsed = deploymentSchema.parse(d) as Deployment;
+        return { ...parsed, baseUrl: portable(parsed.baseUrl) };
+      }),
+  };
+};
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 const byId = (a: { id: string }, b: { id: string }) => compare(a.id, b.id);

@@ -40,7 +40,7 @@ interface Run {
 
 /** The admin CLI as an operator runs it against AWS: REGISTRY_TABLE and the standard AWS_* variables. */
 const adminOn =
-  (table: string) =>
+  (table: string, simulatorUrl = SIMULATOR_URL) =>
   (...args: string[]): Promise<Run> =>
     new Promise((resolve) => {
       execFile(
@@ -53,7 +53,7 @@ const adminOn =
             ...LOCAL_AWS_ENV,
             REGISTRY_TABLE: table,
             AWS_ENDPOINT_URL_DYNAMODB: inject('emulators').dynamodb,
-            SIMULATOR_URL,
+            SIMULATOR_URL: simulatorUrl,
             LOCAL_STACK_FILE: join(dir, 'no-stack.json'),
           },
         },
@@ -265,13 +265,24 @@ describe('the registry through the admin CLI', () => {
   it('exports a registry file that loads into another registry and exports the same again', async () => {
     const exported = ok(await admin('registry', 'export'));
     const file = writeJson('exported.json', exported);
-    expect(ok(await admin('registry', 'check', file))).toMatch(/valid, 5 models and 8 deployments$/);
+    expect(ok(await admin('registry', 'check', file))).toMatch(
+      /valid, 5 models and 8 deployments \(uses \{\{SIMULATOR_URL\}\}/,
+    );
     const registry = JSON.parse(exported);
     expect(registry.models.find((m: { id: string }) => m.id === 'famB-5.3-flash').status).toBe('retired');
+    // The simulator's deployment keeps its placeholder, not this simulator's address: the next `npm start`'s
+    // simulator listens elsewhere.
+    const simulated = (file: { deployments: { id: string; baseUrl: string }[] }) =>
+      file.deployments.find((d) => d.id === 'famA-v4.1-flash@local-simulator')?.baseUrl;
+    expect(simulated(registry)).toBe('{{SIMULATOR_URL}}/p/sim-a/v1');
+    expect(exported).not.toContain(SIMULATOR_URL);
 
-    const other = adminOn(await registryTable());
+    const elsewhere = 'http://127.0.0.1:4020';
+    const other = adminOn(await registryTable(), elsewhere);
     expect(ok(await other('registry', 'load', file))).toContain('models:      5 added');
     expect(ok(await other('registry', 'export'))).toBe(exported);
+    const loaded = ok(await other('deployments', 'show', 'famA-v4.1-flash@local-simulator'));
+    expect(JSON.parse(loaded).baseUrl).toBe(`${elsewhere}/p/sim-a/v1`);
     // Loading it again changes nothing.
     expect(ok(await admin('registry', 'load', file))).toContain(
       'models:      0 added, 0 updated, 5 unchanged, 0 retired',
