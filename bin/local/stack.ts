@@ -25,6 +25,7 @@ import {
   simulatorDeployments,
   simulatorPrices,
 } from './seed.ts';
+import { replaceFormerSeed } from './seeded-registry.ts';
 import { ThreadedSettlementSink } from './settlement-thread.ts';
 import { startLocalSite } from './site.ts';
 import { enforceTableGrants, invoking } from './table-grants.ts';
@@ -181,6 +182,28 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
         : simulatorDeployments(models, simulatorUrl as string);
     if (registryFile)
       await registryFile.retireUnlisted(emulators.dynamodb, resources.tables.registry, deployments);
+    if (options.dataDir) {
+      // Started another way than last time on this DATA_DIR: that way's seeded entries go.
+      const retired = await replaceFormerSeed(
+        options.dataDir,
+        emulators.dynamodb,
+        resources.tables.registry,
+        {
+          models,
+          deployments,
+        },
+      );
+      const count = retired.models.length + retired.deployments.length;
+      if (count > 0)
+        log(
+          `registry: retired what the last start on this DATA_DIR seeded and this one does not (${[
+            ...retired.models,
+            ...retired.deployments,
+          ]
+            .slice(0, 3)
+            .join(', ')}${count > 3 ? `, and ${count - 3} more` : ''})`,
+        );
+    }
 
     const { demoApiKey } = await seed({
       dynamodbEndpoint: emulators.dynamodb,

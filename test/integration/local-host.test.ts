@@ -5,9 +5,11 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { Agent, request } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
+import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
 import { NANO_PER_USD } from '#core/pricing.ts';
+import type { Deployment } from '#core/registry.ts';
 import { localClientConfig } from '#local/emulators.ts';
-import { startLocalStack } from '#local/stack.ts';
+import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { startSimulator } from '#sim/server.ts';
 import { drainSettlements, startTestStack, takeSettlements } from '#test/stack.ts';
 
@@ -91,6 +93,61 @@ describe('DATA_DIR', () => {
       expect((await chat(second.url, second.demoApiKey)).status).toBe(200);
     } finally {
       await second.stop();
+    }
+  });
+});
+
+describe('DATA_DIR kept while the way of starting changes', () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-data-'));
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  const statuses = async (stack: LocalStack, model: string) => {
+    const client = new DynamoDBClient(localClientConfig(stack.emulators.dynamodb));
+    try {
+      const { deployments } = await new DynamoRegistry(client, stack.resources.tables.registry).load();
+      return Object.fromEntries(deployments.filter((d) => d.model === model).map((d) => [d.id, d.status]));
+    } finally {
+      client.destroy();
+    }
+  };
+
+  it("retires the former way's seeded deployments, and keeps what the operator added", async () => {
+    const options = { port: 0, dataDir, functionEnv: { LOG_LEVEL: 'silent' } };
+    const first = await startLocalStack(options);
+    const client = new DynamoDBClient(localClientConfig(first.emulators.dynamodb));
+    const registry = new DynamoRegistry(client, first.resources.tables.registry);
+    const [flash] = (await registry.load()).deployments.filter((d) => d.id === 'famA-v4.1-flash@sim-b');
+    await registry.addDeployment({ ...(flash as Deployment), id: 'famA-v4.1-flash@mine', provider: 'mine' });
+    client.destroy();
+    await first.stop();
+
+    const upstream = await startSimulator();
+    try {
+      const second = await startLocalStack({ ...options, upstreamBaseUrl: `${upstream.url}/v1` });
+      try {
+        expect(await statuses(second, 'famA-v4.1-flash')).toEqual({
+          'famA-v4.1-flash@sim-a': 'retired',
+          'famA-v4.1-flash@sim-b': 'retired',
+          'famA-v4.1-flash@upstream': 'active',
+          'famA-v4.1-flash@mine': 'active',
+        });
+      } finally {
+        await second.stop();
+      }
+    } finally {
+      await upstream.close();
+    }
+
+    const third = await startLocalStack(options);
+    try {
+      expect(await statuses(third, 'famA-v4.1-flash')).toEqual({
+        'famA-v4.1-flash@sim-a': 'active',
+        'famA-v4.1-flash@sim-b': 'active',
+        'famA-v4.1-flash@upstream': 'retired',
+        'famA-v4.1-flash@mine': 'active',
+      });
+    } finally {
+      await third.stop();
     }
   });
 });
