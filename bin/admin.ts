@@ -102,9 +102,12 @@ const ARITY: Readonly<Record<string, number>> = {
   'keys revoke': 2,
 };
 
-export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<string> => {
-  if (REGISTRY_GROUPS.has(argv[0] ?? '')) return runRegistryCommand(argv, env);
-  const { positionals, values } = parseArgs({
+/** `help` only as the command; the flags anywhere (`keys create --help`). */
+const wantsHelp = (argv: readonly string[]): boolean =>
+  argv[0] === 'help' || argv.some((a) => a === '--help' || a === '-h');
+
+const parse = (argv: readonly string[]) =>
+  parseArgs({
     args: [...argv],
     allowPositionals: true,
     options: {
@@ -118,7 +121,26 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       clear: { type: 'boolean' },
     },
   });
+
+/** Thrown for `--help`: the usage, printed to stdout with exit 0. */
+export class HelpRequest extends Error {
+  override name = 'HelpRequest';
+}
+
+export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<string> => {
+  // Help and a wrong command line are answered before looking for a stack or tables: neither needs one.
+  if (wantsHelp(argv)) throw new HelpRequest(USAGE);
+  if (argv.length === 0) throw new UsageError(USAGE);
+  if (REGISTRY_GROUPS.has(argv[0] ?? '')) return runRegistryCommand(argv, env);
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(argv);
+  } catch (error) {
+    throw new UsageError(`${error instanceof Error ? error.message : String(error)}\n${USAGE}`);
+  }
+  const { positionals, values } = parsed;
   const [group, command, ...args] = positionals;
+  if (ARITY[`${group} ${command}`] === undefined) throw new UsageError(USAGE);
   const { client: clientConfig, tables: names } = target(env);
   const client = new DynamoDBClient(clientConfig);
   const accounts = new DynamoAccounts(client, names.accounts);
@@ -291,6 +313,10 @@ if (import.meta.main) {
   try {
     console.log(await run(process.argv.slice(2)));
   } catch (error) {
+    if (error instanceof HelpRequest) {
+      console.log(error.message);
+      process.exit(0);
+    }
     console.error(error instanceof UsageError || error instanceof Error ? error.message : String(error));
     process.exit(error instanceof UsageError ? 2 : 1);
   }

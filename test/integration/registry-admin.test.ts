@@ -347,6 +347,44 @@ describe('the registry through the admin CLI', () => {
   });
 });
 
+describe('the admin CLI with no stack and no tables', () => {
+  /** No `npm start` stack to find and no table variables: only what needs neither can succeed. */
+  const bare = (...args: string[]): Promise<Run> =>
+    new Promise((resolve) => {
+      const env: NodeJS.ProcessEnv = { ...process.env, LOCAL_STACK_FILE: join(dir, 'no-stack.json') };
+      for (const name of ['ACCOUNTS_TABLE', 'WALLET_TABLE', 'BUCKETS_TABLE', 'USAGE_TABLE', 'REGISTRY_TABLE'])
+        delete env[name];
+      execFile(process.execPath, ['bin/admin.ts', ...args], { cwd: ROOT, env }, (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
+        resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
+      });
+    });
+
+  it('prints its usage for --help, and answers a wrong command line with it, before looking for a target', async () => {
+    for (const args of [['--help'], ['-h'], ['help'], ['keys', 'create', '--help']]) {
+      const run = await bare(...args);
+      expect(run, args.join(' ')).toMatchObject({ code: 0, stderr: '' });
+      expect(run.stdout).toMatch(/^usage: npm run admin -- <command>\n {2}accounts create/);
+      expect(run.stdout).toContain('registry export');
+    }
+    for (const args of [
+      [],
+      ['frobnicate'],
+      ['accounts', 'delete', 'acct_x'],
+      ['accounts', 'show', '--bogus'],
+    ]) {
+      const run = await bare(...args);
+      expect(run, args.join(' ')).toMatchObject({ code: 2, stdout: '' });
+      expect(run.stderr).toContain('usage: npm run admin -- <command>');
+    }
+    // A valid command does need a target, and says how to give it one.
+    expect(await bare('accounts', 'show', 'acct_x')).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('No target: start the local stack (npm start)'),
+    });
+  });
+});
+
 describe('REGISTRY_FILE on the local host', () => {
   const file = () =>
     writeJson('local.json', {
