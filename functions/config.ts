@@ -105,12 +105,30 @@ const required = (env: Env, name: string): string => {
  */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
-const integer = (env: Env, name: string, fallback: number, min = 0): number => {
+/**
+ * The longest a key or account lookup may be trusted. It bounds how late a revocation (or a tier change) takes
+ * effect: a cache trusted for days would keep a revoked, leaked key working for days.
+ */
+export const MAX_CACHE_TTL_MS = 5 * 60_000;
+
+/** Lambda's limit on an invocation's request payload: no body above it reaches a function at all. */
+export const LAMBDA_PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024;
+
+/**
+ * The largest transcription upload that fits Lambda's payload once a Function URL has base64-encoded it (4/3 of
+ * its size), with room for the event's other fields.
+ */
+export const MAX_AUDIO_BODY_LIMIT_BYTES = 4_400_000;
+
+/** Upstream calls one request may make: more turns a misconfiguration into a fan-out per request. */
+export const MAX_UPSTREAM_ATTEMPTS = 20;
+
+const integer = (env: Env, name: string, fallback: number, min = 0, ceiling?: number): number => {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
   // Durations are timers' delays (and cache ages compared with them): the same ceiling for all.
-  const max = name.endsWith('_MS') ? MAX_TIMER_MS : Number.MAX_SAFE_INTEGER;
+  const max = ceiling ?? (name.endsWith('_MS') ? MAX_TIMER_MS : Number.MAX_SAFE_INTEGER);
   if (!Number.isInteger(value) || value < min || value > max) {
     throw new Error(`Environment variable ${name} must be an integer from ${min} to ${max}, got "${raw}"`);
   }
@@ -163,17 +181,29 @@ export const loadConfig = (env: Env): Config => ({
     usage: required(env, tables.usage.envVar),
   },
   settlementQueueUrl: required(env, queues.settlement.envVar),
-  keyCacheTtlMs: integer(env, 'KEY_CACHE_TTL_MS', 5_000),
-  accountCacheTtlMs: integer(env, 'ACCOUNT_CACHE_TTL_MS', 5_000),
+  keyCacheTtlMs: integer(env, 'KEY_CACHE_TTL_MS', 5_000, 0, MAX_CACHE_TTL_MS),
+  accountCacheTtlMs: integer(env, 'ACCOUNT_CACHE_TTL_MS', 5_000, 0, MAX_CACHE_TTL_MS),
   holdTtlMs: integer(env, 'HOLD_TTL_MS', 30 * 60_000, 60_000),
   registryRefreshMs: integer(env, 'REGISTRY_REFRESH_MS', 15_000),
-  maxJsonBodyBytes: integer(env, 'MAX_JSON_BODY_BYTES', DEFAULT_MAX_JSON_BODY_BYTES, 1024),
-  maxAudioBodyBytes: integer(env, 'MAX_AUDIO_BODY_BYTES', DEFAULT_MAX_AUDIO_BODY_BYTES, 1024),
+  maxJsonBodyBytes: integer(
+    env,
+    'MAX_JSON_BODY_BYTES',
+    DEFAULT_MAX_JSON_BODY_BYTES,
+    1024,
+    LAMBDA_PAYLOAD_LIMIT_BYTES,
+  ),
+  maxAudioBodyBytes: integer(
+    env,
+    'MAX_AUDIO_BODY_BYTES',
+    DEFAULT_MAX_AUDIO_BODY_BYTES,
+    1024,
+    MAX_AUDIO_BODY_LIMIT_BYTES,
+  ),
   upstream: {
     completionTimeoutMs: integer(env, 'UPSTREAM_COMPLETION_TIMEOUT_MS', 180_000, 1),
     streamFirstByteTimeoutMs: integer(env, 'UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS', 30_000, 1),
     idleTimeoutMs: integer(env, 'UPSTREAM_IDLE_TIMEOUT_MS', 60_000, 1),
-    maxAttempts: integer(env, 'UPSTREAM_MAX_ATTEMPTS', 6, 1),
+    maxAttempts: integer(env, 'UPSTREAM_MAX_ATTEMPTS', 6, 1, MAX_UPSTREAM_ATTEMPTS),
     connectionsPerOrigin: integer(env, 'UPSTREAM_CONNECTIONS_PER_ORIGIN', 256, 1),
   },
   settlementLingerMs: integer(env, 'SETTLEMENT_LINGER_MS', 0),

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
+import { LAMBDA_PAYLOAD_LIMIT_BYTES } from '#functions/config.ts';
 import { LambdaResponseStream, type StreamingHandler } from './lambda-runtime.ts';
 
 /** Lambda's own limit on an invocation's request payload (Function URLs included). */
-export const LAMBDA_REQUEST_LIMIT_BYTES = 6 * 1024 * 1024;
+export const LAMBDA_REQUEST_LIMIT_BYTES = LAMBDA_PAYLOAD_LIMIT_BYTES;
 
 /** Content types a Function URL passes as text; everything else arrives base64-encoded, as on AWS. */
 const TEXT_TYPES = /^(?:text\/|application\/(?:json|[\w.+-]+\+json|x-www-form-urlencoded|xml|javascript))/i;

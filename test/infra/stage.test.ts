@@ -1,6 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { loadConfig, TUNABLE_ENV } from '#functions/config.ts';
+import {
+  LAMBDA_PAYLOAD_LIMIT_BYTES,
+  loadConfig,
+  MAX_AUDIO_BODY_LIMIT_BYTES,
+  MAX_CACHE_TTL_MS,
+  MAX_UPSTREAM_ATTEMPTS,
+  TUNABLE_ENV,
+} from '#functions/config.ts';
 import { DEFAULT_SCHEDULES, stageConfig } from '#lib/stage.ts';
 
 /** Context as `cdk.json` and `-c key=value` give it (command-line values are always strings). */
@@ -109,10 +116,34 @@ describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
   });
 
   it('refuses a duration no timer can wait, and a failure rate of 0 (circuits would open on successes)', () => {
-    for (const name of TUNABLE_ENV.filter((n) => n.endsWith('_MS'))) {
+    const caches = ['KEY_CACHE_TTL_MS', 'ACCOUNT_CACHE_TTL_MS'];
+    for (const name of TUNABLE_ENV.filter((n) => n.endsWith('_MS') && !caches.includes(n))) {
       expect(() => loadConfig({ ...resources, [name]: '3000000000' }), name).toThrow(name);
       expect(() => loadConfig({ ...resources, [name]: String(2 ** 31 - 1) }), name).not.toThrow();
     }
+  });
+
+  it('refuses settings past what they can mean: a key trusted for hours, a body Lambda cannot take, a fan-out', () => {
+    const ceilings: [string, number][] = [
+      // A revoked key must stop working within minutes, however the cache is tuned.
+      ['KEY_CACHE_TTL_MS', MAX_CACHE_TTL_MS],
+      ['ACCOUNT_CACHE_TTL_MS', MAX_CACHE_TTL_MS],
+      // A larger limit would be a promise Lambda's payload limit breaks first.
+      ['MAX_JSON_BODY_BYTES', LAMBDA_PAYLOAD_LIMIT_BYTES],
+      ['MAX_AUDIO_BODY_BYTES', MAX_AUDIO_BODY_LIMIT_BYTES],
+      ['UPSTREAM_MAX_ATTEMPTS', MAX_UPSTREAM_ATTEMPTS],
+    ];
+    for (const [name, ceiling] of ceilings) {
+      expect(TUNABLE_ENV, name).toContain(name);
+      expect(() => loadConfig({ ...resources, [name]: String(ceiling) }), name).not.toThrow();
+      expect(() => loadConfig({ ...resources, [name]: String(ceiling + 1) }), name).toThrow(name);
+    }
+    expect(MAX_CACHE_TTL_MS).toBe(300_000);
+    expect(LAMBDA_PAYLOAD_LIMIT_BYTES).toBe(6 * 1024 * 1024);
+    // Base64 makes the upload 4/3 as large; with the event around it, it must still fit the payload.
+    expect(Math.ceil(MAX_AUDIO_BODY_LIMIT_BYTES / 3) * 4).toBeLessThan(
+      LAMBDA_PAYLOAD_LIMIT_BYTES - 64 * 1024,
+    );
     expect(() => loadConfig({ ...resources, HEALTH_FAILURE_RATE: '0' })).toThrow('HEALTH_FAILURE_RATE');
   });
 });
