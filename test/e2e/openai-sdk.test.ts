@@ -1,5 +1,7 @@
 import OpenAI from 'openai';
+import { zodFunction } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
 let t: TestStack;
@@ -113,5 +115,29 @@ describe('the official openai SDK, changing only base URL and key', () => {
     } finally {
       t.simulator.resetFaults();
     }
+  });
+});
+
+describe("the openai SDK's helpers, whose messages go back as history", () => {
+  it('runs a tool turn with a zod tool through stream().finalChatCompletion(), and takes the message back', async () => {
+    const tools = [zodFunction({ name: 'get_time', parameters: z.object({}) })];
+    const final = await t
+      .openai()
+      .chat.completions.stream({ model: 'famB-5.3-flash', messages, tools, tool_choice: 'required' })
+      .finalChatCompletion();
+    const message = final.choices[0]?.message;
+    const call = message?.tool_calls?.[0];
+    // The helper adds what it parsed to the call; it must not cost the next turn a 400.
+    expect(call?.type === 'function' && 'parsed_arguments' in call.function).toBe(true);
+    const next = await t.openai().chat.completions.create({
+      model: 'famB-5.3-flash',
+      tools,
+      messages: [
+        ...messages,
+        message as NonNullable<typeof message>,
+        { role: 'tool', tool_call_id: call?.id ?? '', content: '12:00' },
+      ],
+    });
+    expect(next.choices[0]?.message.role).toBe('assistant');
   });
 });

@@ -36,8 +36,21 @@ const textContent = z.union([z.string(), z.array(textPart).min(1)], {
 const toolCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal('function'),
-  function: z.strictObject({ name: z.string().min(1), arguments: z.string() }),
+  function: z
+    .strictObject({
+      name: z.string().min(1),
+      arguments: z.string(),
+      // The openai SDK's helpers add the arguments they parsed for strict (and zod) tools to each call they hand
+      // back; `arguments` says the same to a model, so it goes no further.
+      parsed_arguments: z.unknown().optional(),
+    })
+    .transform(({ parsed_arguments: _, ...f }) => f),
 });
+
+/** A refusal an assistant gave, as OpenAI returns it in content parts: what it said, so a text part on. */
+const refusalPart = z
+  .strictObject({ type: z.literal('refusal'), refusal: z.string() })
+  .transform(({ refusal }) => ({ type: 'text' as const, text: refusal }));
 
 const name = z.string().min(1).max(64).optional();
 
@@ -55,7 +68,11 @@ const message = z.discriminatedUnion(
     z
       .strictObject({
         role: z.literal('assistant'),
-        content: z.union([z.string(), z.array(textPart).min(1)]).nullish(),
+        content: z
+          .union([z.string(), z.array(z.discriminatedUnion('type', [textPart, refusalPart])).min(1)], {
+            error: 'must be a string or an array of text (or refusal) parts',
+          })
+          .nullish(),
         name,
         tool_calls: z.array(toolCall).min(1).optional(),
         refusal: z.string().nullish(),
@@ -71,11 +88,20 @@ const message = z.discriminatedUnion(
         parsed: z.unknown().optional(),
         reasoning_content: z.string().nullish(),
       })
-      .refine((m) => (m.content !== null && m.content !== undefined) || m.tool_calls !== undefined, {
-        message: 'an assistant message needs content or tool_calls',
-        path: ['content'],
-      })
-      .transform(({ function_call: _, audio: __, parsed: ___, reasoning_content: ____, ...m }) => m),
+      .refine(
+        (m) =>
+          (m.content !== null && m.content !== undefined) ||
+          m.tool_calls !== undefined ||
+          typeof m.refusal === 'string',
+        { message: 'an assistant message needs content, tool_calls or a refusal', path: ['content'] },
+      )
+      .transform(({ function_call: _, audio: __, parsed: ___, reasoning_content: ____, ...m }) =>
+        // A refused turn comes back as `content: null` with the refusal beside it, and is sent back so: what the
+        // assistant said is the refusal, which is content to any model.
+        (m.content === null || m.content === undefined) && typeof m.refusal === 'string'
+          ? (({ refusal, ...rest }) => ({ ...rest, content: refusal }))(m)
+          : m,
+      ),
     z.strictObject({ role: z.literal('tool'), content: textContent, tool_call_id: z.string().min(1) }),
   ],
   { error: 'role must be one of system, user, assistant, tool' },

@@ -264,6 +264,71 @@ describe('assistant history', () => {
     const request = parseChatRequest({ ...valid, messages: [...valid.messages, returned] });
     expect(request.messages[1]).toEqual({ role: 'assistant', content: 'hi', refusal: null });
   });
+
+  it("takes back tool calls as the openai SDK's helpers hand them out for strict tools, without parsed_arguments", () => {
+    const returned = {
+      role: 'assistant',
+      content: null,
+      refusal: null,
+      parsed: null,
+      tool_calls: [
+        {
+          id: 'call_1',
+          type: 'function',
+          function: { name: 'get_time', arguments: '{"tz":"UTC"}', parsed_arguments: { tz: 'UTC' } },
+        },
+      ],
+    };
+    const request = parseChatRequest({
+      ...valid,
+      tools: [
+        { type: 'function', function: { name: 'get_time', strict: true, parameters: { type: 'object' } } },
+      ],
+      messages: [...valid.messages, returned, { role: 'tool', tool_call_id: 'call_1', content: 'noon' }],
+    });
+    expect(request.messages[1]).toEqual({
+      role: 'assistant',
+      content: null,
+      refusal: null,
+      tool_calls: [
+        { id: 'call_1', type: 'function', function: { name: 'get_time', arguments: '{"tz":"UTC"}' } },
+      ],
+    });
+  });
+
+  it('takes back a refused turn — as refusal content parts, or as content null beside the refusal — as what was said', () => {
+    const request = parseChatRequest({
+      ...valid,
+      messages: [
+        ...valid.messages,
+        { role: 'assistant', content: [{ type: 'refusal', refusal: 'I cannot help with that.' }] },
+        { role: 'user', content: 'why?' },
+        { role: 'assistant', content: null, refusal: 'I still cannot.' },
+        { role: 'user', content: 'ok' },
+      ],
+    });
+    expect(request.messages[1]).toEqual({
+      role: 'assistant',
+      content: [{ type: 'text', text: 'I cannot help with that.' }],
+    });
+    expect(request.messages[3]).toEqual({ role: 'assistant', content: 'I still cannot.' });
+    // Neither content, tool calls nor a refusal: nothing was said.
+    expect(
+      rejection({
+        ...valid,
+        messages: [...valid.messages, { role: 'assistant', content: null, refusal: null }],
+      }),
+    ).toMatchObject({ param: 'messages[1].content' });
+    expect(
+      rejection({
+        ...valid,
+        messages: [...valid.messages, { role: 'assistant', content: [{ type: 'image' }] }],
+      }),
+    ).toMatchObject({
+      param: 'messages[1].content',
+      message: expect.stringContaining('must be a string or an array of text (or refusal) parts'),
+    });
+  });
 });
 
 describe('tools, tool choice and tool results agree, as OpenAI requires', () => {
