@@ -9,8 +9,10 @@ import { type Container, containerFromEnv } from './container.ts';
 /** `POST /v1/audio/speech` — the audio streamed back as the upstream produces it. */
 export const createHandler = (container: () => Container) =>
   inferenceHandler('audio.speech', container, async (event, call, c) => {
-    const request = parseSpeechRequest(jsonBody(event, c.config.maxJsonBodyBytes));
+    // The key first, as OpenAI checks it: a caller without one learns nothing of the body's faults, and spends
+    // no decoding or validation on it.
     await c.gateway.authenticate(header(event, 'authorization'), call);
+    const request = parseSpeechRequest(jsonBody(event, c.config.maxJsonBodyBytes));
     const resolved = await c.gateway.resolve(request.model, 'speech', call);
     // Billed per input character, so the hold is the exact cost.
     const usage = speechUsage(countCharacters(request.input));

@@ -14,8 +14,10 @@ import { type Container, containerFromEnv } from './container.ts';
 /** `POST /v1/chat/completions` — streamed (SSE) or not. */
 export const createHandler = (container: () => Container) =>
   inferenceHandler('chat.completions', container, async (event, call, c) => {
-    const request = parseChatRequest(jsonBody(event, c.config.maxJsonBodyBytes));
+    // The key first, as OpenAI checks it: a caller without one learns nothing of the body's faults, and spends
+    // no decoding or validation on it.
     await c.gateway.authenticate(header(event, 'authorization'), call);
+    const request = parseChatRequest(jsonBody(event, c.config.maxJsonBodyBytes));
     const resolved = await c.gateway.resolve(request.model, 'chat', call);
     const prepared = prepareChat(request, resolved.model, c.tokens);
     call.stream = prepared.stream;

@@ -15,8 +15,10 @@ import { type Container, containerFromEnv } from './container.ts';
 /** `POST /v1/embeddings` — one JSON reply; the vectors in the encoding the client asked for. */
 export const createHandler = (container: () => Container) =>
   inferenceHandler('embeddings', container, async (event, call, c) => {
-    const request = parseEmbeddingsRequest(jsonBody(event, c.config.maxJsonBodyBytes));
+    // The key first, as OpenAI checks it: a caller without one learns nothing of the body's faults, and spends
+    // no decoding or validation on it.
     await c.gateway.authenticate(header(event, 'authorization'), call);
+    const request = parseEmbeddingsRequest(jsonBody(event, c.config.maxJsonBodyBytes));
     const resolved = await c.gateway.resolve(request.model, 'embedding', call);
     const prepared = prepareEmbeddings(request, resolved.model, c.tokens);
     await c.gateway.admit(

@@ -71,19 +71,18 @@ const KIND: Readonly<Record<Endpoint, ModelKind>> = {
  * A request refused as invalid before its model was resolved (a parameter off the whitelist) still named a
  * model: it is counted under it in the usage report when the catalog lists that model for this endpoint, and
  * under `-` otherwise — a string the catalog does not list never becomes a row (ADR 0008). Only for a caller with a
- * valid key: the body is validated before the key is checked, and the public report's rows must not be a count
- * anyone could raise without one. Reads the JSON body again, on this error path only; a body that is not JSON (a
- * multipart upload) names nothing here.
+ * valid key (the key is checked before the body): the public report's rows must not be a count anyone could raise
+ * without one. Reads the JSON body again, on this error path only; a body that is not JSON (a multipart upload)
+ * names nothing here.
  */
 const noteNamedModel = async (event: HttpEvent, call: CallRecorder, c: Container): Promise<void> => {
-  if (call.model !== null) return;
+  if (call.model !== null || call.principal === null) return;
   try {
-    await c.gateway.authenticateOnly(header(event, 'authorization'));
     const body = jsonBody(event, c.config.maxJsonBodyBytes);
     const id = typeof body === 'object' && body !== null && 'model' in body ? body.model : undefined;
     if (typeof id === 'string') call.model = (await c.registry.catalog()).named(id, KIND[call.endpoint]);
   } catch {
-    // No valid key, not JSON, or no catalog to ask: the call stays under `-`, and the client gets the 400 all the same.
+    // Not JSON, or no catalog to ask: the call stays under `-`, and the client gets the 400 all the same.
   }
 };
 

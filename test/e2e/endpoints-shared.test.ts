@@ -139,6 +139,14 @@ describe.each(cases)('POST /v1$endpoint, as chat', ({ model, kind, call, ok }) =
     }
   });
 
+  it('checks the key before the body, as OpenAI does: a bad key with a bad body is a 401', async () => {
+    for (const key of ['', 'svc_live_nobodyHasThisKey0000000000']) {
+      const response = await call({ key, extra: ['thinking', 'on'] });
+      expect(response.status).toBe(401);
+      expect(await errorOf(response)).toMatchObject({ code: 'invalid_api_key' });
+    }
+  });
+
   it('refuses an undocumented parameter with 400 naming it', async () => {
     const { key } = await account(5);
     const response = await call({ key, extra: ['thinking', 'on'] });

@@ -40,14 +40,14 @@ beforeAll(async () => {
   // A validation error (a parameter off the whitelist) on a listed model, and on a string no catalog lists.
   await chat(T0 + SEC, { model: FAMA, thinking: { type: 'enabled' } }, 400);
   await chat(T0 + 2 * SEC, { model: UNKNOWN, thinking: { type: 'enabled' } }, 400);
-  // The same 400 on the listed model without a key (the body is checked before the key): no row's to raise.
+  // The same body on the listed model without a key: a 401 (the key is checked first), no row's to raise.
   clock.advance(SEC / 2);
   const keyless = await fetch(`${t.baseURL}/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: FAMA, messages: [{ role: 'user', content: 'hi' }], thinking: {} }),
   });
-  expect(keyless.status).toBe(400);
+  expect(keyless.status).toBe(401);
   // The stranded model serves once, then loses every deployment: 503, no eligible model.
   await chat(T0 + 3 * SEC, { model: STRANDED }, 200);
   const registry = t.stack.container.registryStore;
@@ -79,7 +79,10 @@ describe('usage.json model rows for calls that failed before their model was res
       status: 'live',
     });
     expect(report.error_funnel).toContainEqual(
-      expect.objectContaining({ group: 'agent-error', status: 400, count: 3 }),
+      expect.objectContaining({ group: 'agent-error', status: 400, count: 2 }),
+    );
+    expect(report.error_funnel).toContainEqual(
+      expect.objectContaining({ group: 'agent-error', status: 401, count: 1 }),
     );
   });
 
