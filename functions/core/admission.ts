@@ -56,6 +56,14 @@ export interface AdmissionOptions {
   readonly holdTtlMs: number;
   /** Attempts when a guess about the bucket was wrong or a transaction conflicted. */
   readonly maxAttempts?: number;
+  /** Accounts whose buckets the instance remembers (default 10,000); the least recently admitted are forgotten. */
+  readonly maxAccounts?: number;
+}
+
+/** An account's buckets as this instance last saw them, and the limits they were kept under. */
+interface Remembered {
+  readonly state: BucketState;
+  readonly limits: Limits;
 }
 
 /** How far ahead of now a contended admission's fresh form starts, from its third attempt (see #admit). */
@@ -71,12 +79,27 @@ const RETRY_MARGIN_US = 1_000_000;
 export class Admission {
   readonly #options: AdmissionOptions;
   /** Per account, the buckets as this instance last saw them, and the limits they were kept under. */
-  readonly #buckets = new Map<string, { readonly state: BucketState; readonly limits: Limits }>();
+  readonly #buckets = new Map<string, Remembered>();
   /** Per account, the admission currently in flight from this instance (they run one after another). */
   readonly #inFlight = new Map<string, Promise<unknown>>();
 
   constructor(options: AdmissionOptions) {
     this.#options = options;
+  }
+
+  /**
+   * Remembers an account's buckets, as the most recently used. A long-lived instance serves ever more accounts,
+   * and a guess only saves a round trip: past `maxAccounts` the least recently admitted account is forgotten (its
+   * next admission here starts from the store's answer, one retry at most).
+   */
+  #remember(accountId: string, remembered: Remembered): void {
+    this.#buckets.delete(accountId);
+    if (this.#buckets.size >= (this.#options.maxAccounts ?? 10_000)) {
+      // Maps iterate in insertion order, and each use re-inserts: the first key is the least recently used.
+      const oldest = this.#buckets.keys().next();
+      if (!oldest.done) this.#buckets.delete(oldest.value);
+    }
+    this.#buckets.set(accountId, remembered);
   }
 
   /**
@@ -110,7 +133,7 @@ export class Admission {
     const memory = this.#buckets.get(accountId);
     if (!memory) return;
     const known = memory.state;
-    this.#buckets.set(accountId, {
+    this.#remember(accountId, {
       limits: memory.limits,
       state: {
         ...known,
@@ -196,7 +219,7 @@ export class Admission {
           // instance had not heard of), and the store's value is at most the bound.
           after[c.dimension] = Math.min(guessed, nowUs + capacityUs(c.dimension, limits[c.dimension]));
         });
-        this.#buckets.set(principal.accountId, { state: after, limits });
+        this.#remember(principal.accountId, { state: after, limits });
         return {
           hold: hold ? { id: request.requestId, amount: hold.amount } : null,
           estimatedTokens: request.estimatedTokens,
@@ -214,12 +237,12 @@ export class Admission {
         // buckets were rescaled to the new limits. Admit under those, from the state the store reported.
         profile = await this.#profile(principal.accountId, true);
         limits = limitsFor(profile.tier, profile.quota);
-        this.#buckets.set(principal.accountId, { state: result.bucket, limits });
+        this.#remember(principal.accountId, { state: result.bucket, limits });
         continue;
       }
       const actual = result.bucket ?? known;
       if (result.bucket) {
-        this.#buckets.set(principal.accountId, { state: result.bucket, limits });
+        this.#remember(principal.accountId, { state: result.bucket, limits });
         const exact = DIMENSIONS.map((d) => checkDimension(d, limits[d], actual[d], charges[d], nowUs));
         const refused = exact.filter((c) => !c.allowed);
         if (refused.length > 0) {
