@@ -11,6 +11,7 @@ import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { TUNABLE_ENV } from '#functions/config.ts';
+import { holdTtlProblem } from '#lib/stage.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { STACK_FILE } from '#local/stack-file.ts';
 
@@ -71,6 +72,13 @@ const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };
 // Every documented function setting may come from the shell, as a Lambda's configuration would set it.
 for (const name of ['LOG_LEVEL', 'PRICE_MIN_MARGIN', ...TUNABLE_ENV])
   if (env[name]) functionEnv[name] = env[name];
+// The local functions run with their Lambda timeouts, so a hold must outlive them here as on AWS (the stacks
+// refuse the same value at synth).
+if (functionEnv.HOLD_TTL_MS) {
+  const problem = holdTtlProblem(Number(functionEnv.HOLD_TTL_MS));
+  if (problem)
+    fail(`HOLD_TTL_MS must be ${problem.replace(/^HOLD_TTL_MS of /, '')}, got "${env.HOLD_TTL_MS}"`);
+}
 
 /**
  * How long a stop waits for the requests under way to finish, and then for the consumer to settle the queue.

@@ -71,21 +71,26 @@ const functionEnv = (context: Context, key: string): Readonly<Record<string, str
   } catch (error) {
     fail(key, 'valid values', (error as Error).message);
   }
-  // A hold must outlive the longest call it covers, and that call's settlement: released earlier, the sweeper
-  // would free money a running call is still drawing on.
+  const problem = holdTtlProblem(holdTtlMs);
+  if (problem) fail(key, problem, holdTtlMs);
+  return env;
+};
+
+/**
+ * Why a hold TTL is too short, or null. A hold must outlive the longest call it covers, and that call's
+ * settlement: released earlier, the sweeper frees money a running call is still drawing on, and the call's cost
+ * lands as debt. The same functions and timeouts run on AWS and under `npm start`, so both check this.
+ */
+export const holdTtlProblem = (holdTtlMs: number): string | null => {
   const longestCallS = Math.max(
     ...Object.values(functions as Readonly<Record<string, FunctionDefinition>>)
       .filter((d) => d.trigger.kind === 'http')
       .map(timeoutOf),
   );
   const minimumMs = (longestCallS + HOLD_SETTLEMENT_ALLOWANCE_S) * 1000;
-  if (holdTtlMs < minimumMs)
-    fail(
-      key,
-      `HOLD_TTL_MS of at least ${minimumMs} (the longest HTTP function timeout, ${longestCallS} s, plus ${HOLD_SETTLEMENT_ALLOWANCE_S} s to settle)`,
-      holdTtlMs,
-    );
-  return env;
+  return holdTtlMs < minimumMs
+    ? `HOLD_TTL_MS of at least ${minimumMs} (the longest HTTP function timeout, ${longestCallS} s, plus ${HOLD_SETTLEMENT_ALLOWANCE_S} s to settle)`
+    : null;
 };
 
 /** Time a hold is kept beyond its call's longest run for the settlement to be queued and consumed. */

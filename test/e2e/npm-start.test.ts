@@ -224,6 +224,15 @@ describe('npm start with a configuration that cannot work', () => {
     },
   );
 
+  it('refuses a HOLD_TTL_MS shorter than the longest call and its settlement, as the stacks do', async () => {
+    // The sweeper would release a running call's hold: its cost would land as debt, not against what it held.
+    const { code, stderr } = await refused({ HOLD_TTL_MS: '600000' });
+    expect(code).toBe(1);
+    expect(stderr).toContain(
+      'HOLD_TTL_MS must be at least 1200000 (the longest HTTP function timeout, 900 s',
+    );
+  });
+
   it('refuses a port another process listens on, also when its instances would share it (SO_REUSEPORT)', async () => {
     const taken = createServer();
     await new Promise<void>((resolve) =>
