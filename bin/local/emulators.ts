@@ -1,5 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -191,7 +199,10 @@ const NEEDS_JAVA =
  */
 const startDynamoDb = async (options: EmulatorOptions) => {
   const dbPath = options.dataDir ? join(options.dataDir, 'dynamodb') : null;
-  if (dbPath) mkdirSync(dbPath, { recursive: true });
+  if (dbPath) {
+    mkdirSync(dbPath, { recursive: true });
+    await stopOrphanedStores(dbPath, options.log);
+  }
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
@@ -207,6 +218,59 @@ const startDynamoDb = async (options: EmulatorOptions) => {
     }
   }
   throw lastError;
+};
+
+/**
+ * DynamoDB Local JVMs serving `dbPath` (Linux: read from /proc; elsewhere none are found). The JVM runs in its own
+ * process group and is stopped from this process's exit hook, which a kill -9 never runs: the JVM outlives it,
+ * still serving the DATA_DIR's store.
+ */
+export const storesServing = (dbPath: string): number[] => {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  const pids: number[] = [];
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    let args: string[];
+    try {
+      args = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+    } catch {
+      continue; // gone meanwhile, or not ours to read
+    }
+    const at = args.indexOf('-dbPath');
+    if (at !== -1 && args[at + 1] === dbPath && args.some((a) => a.endsWith('DynamoDBLocal.jar')))
+      pids.push(Number(entry));
+  }
+  return pids;
+};
+
+/**
+ * Stops the JVMs an npm start that was killed left on this DATA_DIR, before starting ours: two JVMs on one SQLite
+ * file lock each other's writes out (the DATA_DIR is ours by now — lockDataDir — so no live stack owns them).
+ */
+const stopOrphanedStores = async (dbPath: string, log?: (line: string) => void): Promise<void> => {
+  const orphans = storesServing(dbPath);
+  if (orphans.length === 0) return;
+  log?.(
+    `stopping DynamoDB Local left running on this DATA_DIR by an npm start that was killed (pid ${orphans.join(', ')})`,
+  );
+  const signal = (pid: number, sig: NodeJS.Signals) => {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // Already gone.
+    }
+  };
+  for (const pid of orphans) signal(pid, 'SIGTERM');
+  const deadline = Date.now() + 5_000;
+  while (orphans.some(running) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  for (const pid of orphans.filter(running)) signal(pid, 'SIGKILL');
+  const killedBy = Date.now() + 2_000;
+  while (orphans.some(running) && Date.now() < killedBy) await new Promise((r) => setTimeout(r, 50));
 };
 
 /** Makes sure the JVM dies with us: on stop(), and on any exit of this process (no orphan JVM). */

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { storesServing } from '#local/emulators.ts';
 
 /**
  * `npm start` with DATA_DIR keeps the wallet across restarts, but its settlement queue lives in memory: a stop
@@ -266,5 +267,34 @@ describe('npm start stopped with SHUTDOWN_GRACE_MS=0', () => {
 
   it('charged it once, as the client_aborted call it became', async () => {
     await expectChargedOnceEach(scenario, calls);
+  }, 120_000);
+});
+
+describe('npm start killed with SIGKILL (no exit hook runs)', () => {
+  const scenario = 'killed';
+
+  it('leaves its JVM serving the DATA_DIR, and the next npm start stops it before starting its own', async () => {
+    const dbPath = join(dir, scenario, 'data', 'dynamodb');
+    const first = await start(scenario);
+    const [jvm] = storesServing(dbPath);
+    expect(jvm).toBeGreaterThan(0);
+    process.kill(first.child.pid as number, 'SIGKILL');
+    await first.exited;
+    // The JVM runs in a process group of its own and is stopped from the exit hook, which SIGKILL skips.
+    expect(storesServing(dbPath)).toEqual([jvm]);
+
+    const second = await start(scenario);
+    try {
+      expect(second.output()).toContain(`stopping DynamoDB Local left running on this DATA_DIR`);
+      const serving = storesServing(dbPath);
+      expect(serving).toHaveLength(1);
+      expect(serving).not.toContain(jvm);
+      // The store it serves is the DATA_DIR's, whole: the demo wallet is still there.
+      expect((await wallet(scenario)).ledger.filter((e) => e.kind === 'credit')).toHaveLength(1);
+    } finally {
+      second.child.kill('SIGTERM');
+      expect(await second.exited).toBe(0);
+    }
+    expect(storesServing(dbPath)).toEqual([]);
   }, 120_000);
 });
