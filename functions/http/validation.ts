@@ -19,24 +19,7 @@ export const paramName = (path: readonly PropertyKey[]): string =>
 const invalidRequest = (error: z.ZodError): InvalidRequestError => {
   const issue = error.issues[0];
   if (!issue) return new InvalidRequestError('Invalid request body.', 'invalid_value');
-  if (issue.code === 'unrecognized_keys') {
-    const keys = listed(issue.keys);
-    const first = paramName([...issue.path, shortened(issue.keys[0] ?? '')]);
-    if (issue.path.length === 0) {
-      return new InvalidRequestError(
-        `Unrecognized request argument supplied: ${keys}. This endpoint accepts only documented parameters.`,
-        'unsupported_parameter',
-        { param: first },
-      );
-    }
-    return new InvalidRequestError(
-      `Unrecognized field in ${paramName(issue.path)}: ${keys}.`,
-      'unsupported_parameter',
-      {
-        param: first,
-      },
-    );
-  }
+  if (issue.code === 'unrecognized_keys') return unrecognized(issue.path, issue.keys);
   const param = paramName(issue.path) || null;
   // Whatever the check that failed (a type, an enum, a union), a parameter that is not there is missing.
   if (param !== null && issue.input === undefined) {
@@ -68,6 +51,26 @@ const invalidRequest = (error: z.ZodError): InvalidRequestError => {
     'invalid_value',
     {
       param,
+    },
+  );
+};
+
+/** The 400 for fields a strict object does not have; at the top level, parameters off the whitelist. */
+export const unrecognized = (path: readonly PropertyKey[], names: readonly string[]): InvalidRequestError => {
+  const keys = listed(names);
+  const first = paramName([...path, shortened(names[0] ?? '')]);
+  if (path.length === 0) {
+    return new InvalidRequestError(
+      `Unrecognized request argument supplied: ${keys}. This endpoint accepts only documented parameters.`,
+      'unsupported_parameter',
+      { param: first },
+    );
+  }
+  return new InvalidRequestError(
+    `Unrecognized field in ${paramName(path)}: ${keys}.`,
+    'unsupported_parameter',
+    {
+      param: first,
     },
   );
 };

@@ -3,7 +3,7 @@ import type { ChatRequest } from '#core/chat.ts';
 import { InvalidRequestError } from '#core/errors.ts';
 import { parseWith } from '../validation.ts';
 import { checkChatConsistency } from './chat-consistency.ts';
-import { withoutNulls } from './nulls.ts';
+import { whitelisted } from './nulls.ts';
 
 /**
  * `POST /v1/chat/completions` body: the whitelist of spec §4, strictly. Any other top-level parameter —
@@ -107,12 +107,22 @@ const message = z.discriminatedUnion(
   { error: 'role must be one of system, user, assistant, tool' },
 );
 
+/**
+ * A JSON Schema (a tool's parameters, a response format's schema): any JSON object, passed on as the client wrote
+ * it. Checked, not copied: a copy (`z.record`) walked every key, and turned a `"__proto__"` key into the copy's
+ * prototype, so the schema reached the upstream without it.
+ */
+const jsonSchemaObject = z.custom<Record<string, unknown>>(
+  (value) => typeof value === 'object' && value !== null && !Array.isArray(value),
+  'must be a JSON object',
+);
+
 const tool = z.strictObject({
   type: z.literal('function'),
   function: z.strictObject({
     name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'function names are 1–64 of A-Z a-z 0-9 _ -'),
     description: z.string().optional(),
-    parameters: z.record(z.string(), z.unknown()).optional(),
+    parameters: jsonSchemaObject.optional(),
     strict: z.boolean().nullish(),
   }),
 });
@@ -135,7 +145,7 @@ const responseFormat = z.discriminatedUnion(
       json_schema: z.strictObject({
         name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'schema names are 1–64 of A-Z a-z 0-9 _ -'),
         description: z.string().optional(),
-        schema: z.record(z.string(), z.unknown()).optional(),
+        schema: jsonSchemaObject.optional(),
         strict: z.boolean().nullish(),
       }),
     }),
@@ -196,7 +206,7 @@ export const chatRequestSchema = z.strictObject({
 
 /** Validates a parsed JSON body (top-level nulls mean "not given"). */
 export const parseChatRequest = (body: unknown): ChatRequest => {
-  const request = parseWith(chatRequestSchema, withoutNulls(body, chatRequestSchema.shape)) as ChatRequest;
+  const request = parseWith(chatRequestSchema, whitelisted(body, chatRequestSchema.shape)) as ChatRequest;
   // OpenAI refuses this combination, in these words; passed on, it would be refused or ignored depending on
   // which upstream serves the call.
   if (request.stream_options !== undefined && request.stream !== true) {

@@ -7,7 +7,7 @@ import {
   VOICES,
 } from '#core/audio.ts';
 import { parseWith } from '../validation.ts';
-import { withoutNulls } from './nulls.ts';
+import { whitelisted } from './nulls.ts';
 
 const FORMATS = Object.keys(SPEECH_FORMATS) as [
   keyof typeof SPEECH_FORMATS,
@@ -47,7 +47,7 @@ export const parseSpeechRequest = (body: unknown): SpeechRequest => {
   // stream_format says how we answer, not what the upstream is asked: it goes no further.
   const { stream_format: _, ...request } = parseWith(
     speechRequestSchema,
-    withoutNulls(body, speechRequestSchema.shape),
+    whitelisted(body, speechRequestSchema.shape),
   );
   return request as SpeechRequest;
 };

@@ -258,6 +258,27 @@ describe('messages', () => {
   });
 });
 
+describe('JSON Schemas inside a request', () => {
+  it('pass on as written, a "__proto__" property included (it used to vanish on the way to the upstream)', () => {
+    const body = JSON.parse(
+      '{"model":"m","messages":[{"role":"user","content":"hi"}],' +
+        '"tools":[{"type":"function","function":{"name":"f","parameters":{"__proto__":{"type":"object"},"required":["a"]}}}],' +
+        '"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"__proto__":{"type":"string"}}}}}',
+    );
+    const request = parseChatRequest(body);
+    expect(JSON.stringify(request.tools)).toContain(
+      '"parameters":{"__proto__":{"type":"object"},"required":["a"]}',
+    );
+    expect(JSON.stringify(request.response_format)).toContain('"schema":{"__proto__":{"type":"string"}}');
+    expect(
+      rejection({ ...valid, tools: [{ type: 'function', function: { name: 'f', parameters: [] } }] }),
+    ).toMatchObject({
+      param: 'tools[0].function.parameters',
+      message: expect.stringContaining('must be a JSON object'),
+    });
+  });
+});
+
 describe('assistant history', () => {
   it('accepts an assistant message exactly as a completion returned it, dropping its annotations', () => {
     const returned = { role: 'assistant', content: 'hi', refusal: null, annotations: [] };
