@@ -167,6 +167,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
       random,
       maxAttempts: config.upstream.maxAttempts,
       health: new HealthBoard(config.health, clock),
+      warn: (message, fields) => log.warn(message, fields),
     }),
     settlements:
       options.settlements ??

@@ -19,7 +19,8 @@ export const createLogger = (level: LogLevel, base: LogFields = {}): Logger => {
   const threshold = RANK[level];
   const write = (at: Exclude<LogLevel, 'silent'>, message: string, fields?: LogFields) => {
     if (RANK[at] < threshold) return;
-    const line = { level: at, time: new Date().toISOString(), message, ...base, ...fields };
+    const line: Record<string, unknown> = { level: at, time: new Date().toISOString(), message, ...base };
+    for (const [name, value] of Object.entries(fields ?? {})) line[name] = describeError(value);
     process.stdout.write(`${JSON.stringify(line, errorReplacer)}\n`);
   };
   return {
@@ -30,6 +31,25 @@ export const createLogger = (level: LogLevel, base: LogFields = {}): Logger => {
   };
 };
 
-// Errors serialise to {} by default; keep name, message and cause chain (never request data).
-const errorReplacer = (_key: string, value: unknown): unknown =>
-  value instanceof Error ? { name: value.name, message: value.message, cause: value.cause } : value;
+/**
+ * An error as a log line shows it: name, message, its code when it has one, and its cause chain (never request
+ * data). Done before JSON.stringify sees it: an API error's toJSON() is the body the client got, which would
+ * otherwise stand in for it and drop the cause — the upstream's failure, the store's refusal — that the line is for.
+ */
+const describeError = (value: unknown, depth = 0): unknown => {
+  if (!(value instanceof Error)) return value;
+  const code = (value as { code?: unknown }).code;
+  return {
+    name: value.name,
+    message: value.message,
+    ...(typeof code === 'string' || typeof code === 'number' ? { code } : {}),
+    ...(value.cause !== undefined && depth < MAX_CAUSES
+      ? { cause: describeError(value.cause, depth + 1) }
+      : {}),
+  };
+};
+
+const MAX_CAUSES = 5;
+
+// Errors deeper in a field serialise to {} by default; the same description for them.
+const errorReplacer = (_key: string, value: unknown): unknown => describeError(value);

@@ -4,7 +4,7 @@ import type { CallRecorder } from './call-recorder.ts';
 import type { ApiError } from './errors.ts';
 import { cutAtDeadline, deadlineError, type Served, withFallback } from './fallback.ts';
 import type { HealthBoard, ProbeToken } from './health.ts';
-import type { Clock, Random } from './ports.ts';
+import type { Clock, Random, Warn } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
 import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
@@ -20,6 +20,8 @@ export interface GatewayDeps {
   readonly maxAttempts: number;
   /** Deployment health of this instance; routing skips open circuits and learns from every attempt. */
   readonly health?: HealthBoard;
+  /** Where an upstream's refusal of our own credentials is reported: the client never sees it, an operator must. */
+  readonly warn?: Warn;
 }
 
 /**
@@ -126,6 +128,15 @@ export class Gateway {
       return served.value;
     } finally {
       if (timer !== null) clearTimeout(timer);
+      // A key the provider refuses (revoked, out of credit) is invisible to clients — key cycling and fallback
+      // serve them — so it is said here, once per refused attempt, naming the key by its place in the deployment.
+      for (const a of call.attempts.slice(before))
+        if (a.outcome === 'auth')
+          this.#deps.warn?.('an upstream refused our key', {
+            deployment: a.deployment,
+            keyIndex: a.keyIndex,
+            status: a.status,
+          });
       // Failed attempts count now; the one that served is judged when the call ends (observeEnd), because a
       // stream that breaks after its first byte was not a success.
       // A deployment that served after one of its keys failed is healthy: that was the key's fault (and key

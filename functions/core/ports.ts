@@ -13,6 +13,9 @@ export interface Clock {
 /** A uniform random number in [0, 1); injected so routing and tests can be deterministic. */
 export type Random = () => number;
 
+/** Writes an operator's warning (a log line); core names what happened, never request data. */
+export type Warn = (message: string, fields: Readonly<Record<string, unknown>>) => void;
+
 /** Waits; injected so retry backoffs cost nothing in tests. */
 export type Sleep = (ms: number) => Promise<void>;
 

@@ -164,3 +164,44 @@ describe('Gateway and half-open probes', () => {
     }
   });
 });
+
+describe('Gateway and our own credentials', () => {
+  it('warns the operator of each upstream refusal of our key, which the client never sees', async () => {
+    const clock = manualClock();
+    const warnings: [string, Readonly<Record<string, unknown>>][] = [];
+    const gateway = new Gateway({
+      authenticator: {} as Authenticator,
+      admission: null,
+      catalog: async () => ({}) as Catalog,
+      clock,
+      random: () => 0,
+      maxAttempts: 3,
+      warn: (message, fields) => warnings.push([message, fields]),
+    });
+    const resolved = {
+      model: chatModel(),
+      deployments: [deployment({ id: 'a', priority: 1 }), deployment({ id: 'b', priority: 2 })],
+    };
+    const served = await gateway.route(
+      resolved,
+      new CallRecorder('chat.completions', 'req_1', clock),
+      true,
+      async (d) => {
+        if (d.id === 'a') throw new UpstreamFailure('auth', 'upstream status 401', { status: 401 });
+        return d.id;
+      },
+    );
+    expect(served).toBe('b');
+    expect(warnings).toEqual([
+      ['an upstream refused our key', { deployment: 'a', keyIndex: 0, status: 401 }],
+    ]);
+
+    // Other failures are the deployment's health's business, not a credentials warning.
+    warnings.length = 0;
+    await gateway.route(resolved, new CallRecorder('chat.completions', 'req_2', clock), true, async (d) => {
+      if (d.id === 'a') throw new UpstreamFailure('server_error', 'upstream status 500', { status: 500 });
+      return d.id;
+    });
+    expect(warnings).toEqual([]);
+  });
+});
