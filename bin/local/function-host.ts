@@ -97,7 +97,15 @@ const serve = async (routes: readonly Route[], req: IncomingMessage, res: Server
     req.resume();
     return;
   }
-  const body = await readBody(req, LAMBDA_REQUEST_LIMIT_BYTES);
+  let body: Buffer | null;
+  try {
+    body = await readBody(req, LAMBDA_REQUEST_LIMIT_BYTES);
+  } catch (error) {
+    // The client hung up before its body was whole: nothing was invoked (as a Function URL would not invoke
+    // the function), and nobody is left to answer. Not a failure of ours.
+    if (req.destroyed) return;
+    throw error;
+  }
   if (body === null) {
     send(res, errorResponse(new RequestTooLargeError(LAMBDA_REQUEST_LIMIT_BYTES), hostRequestId()));
     return;

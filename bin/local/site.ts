@@ -171,6 +171,9 @@ export const objectKey = (url: string): string | null => {
     return null;
   }
   if (path.split('/').some((part) => part === '..' || part === '.')) return null;
+  // No object of the site has a control character in its name, and S3 refuses such keys outright (a 500 here).
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this looks for
+  if (/[\u0000-\u001f\u007f]/.test(path)) return null;
   const key = path.replace(/^\/+/, '');
   return key === '' || key.endsWith('/') ? `${key}index.html` : key;
 };

@@ -214,6 +214,9 @@ describe('the status page', () => {
       await res.arrayBuffer();
     }
     expect((await fetch(`${t.stack.url}/nothing-here.html`)).status).toBe(404);
+    // A name no object can have is the request's fault, not a 500 (S3 refuses control characters in keys).
+    for (const path of ['/%00', '/index.html%00.json', '/.%00./', '/a%0Ab'])
+      expect((await fetch(`${t.stack.url}${path}`)).status, path).toBe(400);
     // The API keeps its own 404s.
     expect((await fetch(`${t.stack.url}/v1/nothing`)).status).toBe(404);
     expect((await fetchUsage(t)).report.generated_at).toBe(report.generated_at);

@@ -49,3 +49,35 @@ describe('the local host and a body that never finishes arriving', () => {
     expect(await instance.drain(1_000)).toEqual({ cut: 0, unfinished: 0 });
   });
 });
+
+describe('the local host and a client that leaves while sending its body', () => {
+  it('lets it go quietly: no invocation, and no failure of its own to report', async () => {
+    const failures: unknown[] = [];
+    const route: Route = {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      name: 'chat-completions',
+      timeoutMs: 60_000,
+      handler: (() => {
+        throw new Error('the body never arrived: no invocation');
+      }) as unknown as Route['handler'],
+    };
+    const host = createInstanceServer([route], { handles: () => false, serve: async () => {} }, (error) =>
+      failures.push(error),
+    );
+    await new Promise<void>((resolve) => host.server.listen(0, '127.0.0.1', resolve));
+    try {
+      const socket = connect((host.server.address() as AddressInfo).port, '127.0.0.1');
+      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+      socket.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n');
+      socket.write('Content-Length: 1000\r\n\r\n{"model":');
+      while (host.served() === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      socket.destroy();
+      // Every request under way has ended (bounded by the test's timeout), and reported nothing.
+      expect(await host.drain(5_000)).toEqual({ cut: 0, unfinished: 0 });
+      expect(failures).toEqual([]);
+    } finally {
+      host.server.closeAllConnections();
+    }
+  });
+});
