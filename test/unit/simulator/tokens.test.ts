@@ -1,5 +1,6 @@
 import { encode } from 'gpt-tokenizer';
 import { describe, expect, test } from 'vitest';
+import { o200kTokenCounter } from '#adapters/tokenizer.ts';
 import { countPromptTokens, countTextTokens } from '#sim/tokens.ts';
 
 describe('countPromptTokens', () => {
@@ -72,5 +73,19 @@ describe('countPromptTokens', () => {
 
   test('skips malformed messages instead of failing', () => {
     expect(countPromptTokens({ messages: [null, 42, { role: 'user' }] })).toBe(3 * 3 + 3);
+  });
+});
+
+describe('the simulator counts as the gateway estimates', () => {
+  test('with the same counter, long runs without a space included (sliced, so linear in the text)', () => {
+    // 20,000 letters without a space, from a fixed sequence: BPE on the whole run and the counter's slices differ.
+    let seed = 7;
+    const letter = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return String.fromCharCode(97 + Math.floor((seed / 2 ** 31) * 26));
+    };
+    const word = Array.from({ length: 20_000 }, letter).join('');
+    expect(countTextTokens(word)).toBe(o200kTokenCounter.count(word));
+    expect(countTextTokens(`Hello ${word} world`)).toBe(o200kTokenCounter.count(`Hello ${word} world`));
   });
 });
