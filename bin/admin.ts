@@ -140,7 +140,8 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
   }
   const { positionals, values } = parsed;
   const [group, command, ...args] = positionals;
-  if (ARITY[`${group} ${command}`] === undefined) throw new UsageError(USAGE);
+  if (ARITY[`${group} ${command}`] === undefined)
+    throw new UsageError(`unknown command "${positionals.join(' ')}"\n${USAGE}`);
   const { client: clientConfig, tables: names } = target(env);
   const client = new DynamoDBClient(clientConfig);
   const accounts = new DynamoAccounts(client, names.accounts);

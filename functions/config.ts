@@ -115,6 +115,13 @@ export const MAX_CACHE_TTL_MS = 5 * 60_000;
 export const LAMBDA_PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024;
 
 /**
+ * The largest JSON body limit: the event Lambda is handed carries the body as a JSON string, escaped (a `"` in
+ * the body takes two bytes there, a control character six), with headers and request context around it, and the
+ * whole must fit the 6 MB payload. The default leaves that room for ordinary text; more would not.
+ */
+export const MAX_JSON_BODY_LIMIT_BYTES = 4 * 1024 * 1024;
+
+/**
  * The largest transcription upload that fits Lambda's payload once a Function URL has base64-encoded it (4/3 of
  * its size), with room for the event's other fields.
  */
@@ -190,7 +197,7 @@ export const loadConfig = (env: Env): Config => ({
     'MAX_JSON_BODY_BYTES',
     DEFAULT_MAX_JSON_BODY_BYTES,
     1024,
-    LAMBDA_PAYLOAD_LIMIT_BYTES,
+    MAX_JSON_BODY_LIMIT_BYTES,
   ),
   maxAudioBodyBytes: integer(
     env,

@@ -51,5 +51,11 @@ const describeError = (value: unknown, depth = 0): unknown => {
 
 const MAX_CAUSES = 5;
 
-// Errors deeper in a field serialise to {} by default; the same description for them.
-const errorReplacer = (_key: string, value: unknown): unknown => describeError(value);
+/**
+ * Errors deeper in a field (in an object, an array) get the same description. A replacer sees what toJSON()
+ * returned; the holder (`this`) still has the error itself.
+ */
+function errorReplacer(this: unknown, key: string, value: unknown): unknown {
+  const original = (this as Record<string, unknown>)[key];
+  return original instanceof Error ? describeError(original) : value;
+}

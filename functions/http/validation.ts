@@ -111,3 +111,32 @@ export const parseWith = <T>(schema: z.ZodType<T>, input: unknown): T => {
   if (!result.success) throw invalidRequest(result.error);
   return result.data;
 };
+
+/**
+ * Parses a request body with its endpoint's schema (a strict object: the whitelist). Top-level nulls of known
+ * parameters are dropped first — `null` for an optional parameter means "not given" in OpenAI's API (SDKs send
+ * it) — while a parameter off the whitelist is refused whatever its value (`"thinking": null` is still
+ * `thinking`).
+ *
+ * The names are sorted into known and unknown in one pass, and only the known ones go through the schema: a 4 MB
+ * body of 200,000 made-up names took the schema (and a copy of the body without its nulls) most of a second of
+ * the instance's CPU to refuse, for a 400 that no limit counts. The answer is the schema's own, as before: a fault
+ * of a known parameter first, then the unknown names.
+ */
+export const parseBody = <T>(schema: z.ZodType<T> & { readonly shape: object }, body: unknown): T => {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return parseWith(schema, body);
+  const fields = body as Record<string, unknown>;
+  const names = Object.keys(fields);
+  const unknown = names.filter((name) => !Object.hasOwn(schema.shape, name));
+  const known =
+    unknown.length === 0 && names.every((name) => fields[name] !== null)
+      ? fields
+      : Object.fromEntries(
+          names
+            .filter((name) => fields[name] !== null && Object.hasOwn(schema.shape, name))
+            .map((n) => [n, fields[n]]),
+        );
+  const parsed = parseWith(schema, known);
+  if (unknown.length > 0) throw unrecognized([], unknown);
+  return parsed;
+};

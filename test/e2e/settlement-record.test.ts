@@ -282,7 +282,7 @@ describe('the settlement record', () => {
     }
   });
 
-  // The body is validated before the key is looked up (ARCHITECTURE.md §5), so neither knows the account.
+  // The key is checked before the body (ADR 0010): an unknown key's call knows no account, a refused body's does.
   it.each([
     [
       'an unknown key',
@@ -290,19 +290,23 @@ describe('the settlement record', () => {
       { 'content-type': 'application/json', authorization: 'Bearer svc_live_nopeNOPEnope00000000' },
       401,
       'unauthenticated',
+      null,
     ],
-    ['a whitelist violation', body({ thinking: { budget: 1 } }), undefined, 400, 'client_error'],
-  ] as const)('is sent for %s too, with no charge', async (_, payload, headers, status, outcome) => {
-    expect((await t.post('/chat/completions', payload, headers ? { ...headers } : undefined)).status).toBe(
-      status,
-    );
-    const [record] = await takeSettlements(t.stack, 1);
-    expect(record).toMatchObject({
-      status,
-      outcome,
-      cost: 0,
-      accountId: null,
-      fault: { kind: 'client', status },
-    });
-  });
+    ['a whitelist violation', body({ thinking: { budget: 1 } }), undefined, 400, 'client_error', 'acct_demo'],
+  ] as const)(
+    'is sent for %s too, with no charge',
+    async (_, payload, headers, status, outcome, accountId) => {
+      expect((await t.post('/chat/completions', payload, headers ? { ...headers } : undefined)).status).toBe(
+        status,
+      );
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({
+        status,
+        outcome,
+        cost: 0,
+        accountId,
+        fault: { kind: 'client', status },
+      });
+    },
+  );
 });

@@ -5,6 +5,7 @@ import {
   loadConfig,
   MAX_AUDIO_BODY_LIMIT_BYTES,
   MAX_CACHE_TTL_MS,
+  MAX_JSON_BODY_LIMIT_BYTES,
   MAX_UPSTREAM_ATTEMPTS,
   TUNABLE_ENV,
 } from '#functions/config.ts';
@@ -121,6 +122,7 @@ describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
       expect(() => loadConfig({ ...resources, [name]: '3000000000' }), name).toThrow(name);
       expect(() => loadConfig({ ...resources, [name]: String(2 ** 31 - 1) }), name).not.toThrow();
     }
+    expect(() => loadConfig({ ...resources, HEALTH_FAILURE_RATE: '0' })).toThrow('HEALTH_FAILURE_RATE');
   });
 
   it('refuses settings past what they can mean: a key trusted for hours, a body Lambda cannot take, a fan-out', () => {
@@ -129,7 +131,7 @@ describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
       ['KEY_CACHE_TTL_MS', MAX_CACHE_TTL_MS],
       ['ACCOUNT_CACHE_TTL_MS', MAX_CACHE_TTL_MS],
       // A larger limit would be a promise Lambda's payload limit breaks first.
-      ['MAX_JSON_BODY_BYTES', LAMBDA_PAYLOAD_LIMIT_BYTES],
+      ['MAX_JSON_BODY_BYTES', MAX_JSON_BODY_LIMIT_BYTES],
       ['MAX_AUDIO_BODY_BYTES', MAX_AUDIO_BODY_LIMIT_BYTES],
       ['UPSTREAM_MAX_ATTEMPTS', MAX_UPSTREAM_ATTEMPTS],
     ];
@@ -140,10 +142,11 @@ describe('TUNABLE_ENV (what functionEnv and npm start pass through)', () => {
     }
     expect(MAX_CACHE_TTL_MS).toBe(300_000);
     expect(LAMBDA_PAYLOAD_LIMIT_BYTES).toBe(6 * 1024 * 1024);
+    // Escaped in the event, a body of ordinary text grows by a fraction; the default leaves a third for that.
+    expect(MAX_JSON_BODY_LIMIT_BYTES * 1.5).toBeLessThanOrEqual(LAMBDA_PAYLOAD_LIMIT_BYTES);
     // Base64 makes the upload 4/3 as large; with the event around it, it must still fit the payload.
     expect(Math.ceil(MAX_AUDIO_BODY_LIMIT_BYTES / 3) * 4).toBeLessThan(
       LAMBDA_PAYLOAD_LIMIT_BYTES - 64 * 1024,
     );
-    expect(() => loadConfig({ ...resources, HEALTH_FAILURE_RATE: '0' })).toThrow('HEALTH_FAILURE_RATE');
   });
 });

@@ -377,6 +377,9 @@ describe('the admin CLI with no stack and no tables', () => {
       expect(run, args.join(' ')).toMatchObject({ code: 2, stdout: '' });
       expect(run.stderr).toContain('usage: npm run admin -- <command>');
     }
+    expect((await bare('accounts', 'delete', 'acct_x')).stderr).toMatch(
+      /^unknown command "accounts delete acct_x"/,
+    );
     // A valid command does need a target, and says how to give it one.
     expect(await bare('accounts', 'show', 'acct_x')).toMatchObject({
       code: 2,

@@ -1,9 +1,8 @@
 import { z } from 'zod';
 import type { ChatRequest } from '#core/chat.ts';
 import { InvalidRequestError } from '#core/errors.ts';
-import { parseWith } from '../validation.ts';
+import { parseBody } from '../validation.ts';
 import { checkChatConsistency } from './chat-consistency.ts';
-import { whitelisted } from './nulls.ts';
 
 /**
  * `POST /v1/chat/completions` body: the whitelist of spec §4, strictly. Any other top-level parameter —
@@ -206,7 +205,7 @@ export const chatRequestSchema = z.strictObject({
 
 /** Validates a parsed JSON body (top-level nulls mean "not given"). */
 export const parseChatRequest = (body: unknown): ChatRequest => {
-  const request = parseWith(chatRequestSchema, whitelisted(body, chatRequestSchema.shape)) as ChatRequest;
+  const request = parseBody(chatRequestSchema, body) as ChatRequest;
   // OpenAI refuses this combination, in these words; passed on, it would be refused or ignored depending on
   // which upstream serves the call.
   if (request.stream_options !== undefined && request.stream !== true) {

@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import { type EmbeddingsRequest, MAX_EMBEDDING_INPUTS } from '#core/embeddings.ts';
-import { parseWith } from '../validation.ts';
-import { whitelisted } from './nulls.ts';
+import { parseBody } from '../validation.ts';
 
 /**
  * `POST /v1/embeddings` body: OpenAI's parameters and nothing else. Input is a non-empty string, up to 2048
@@ -33,4 +32,4 @@ export const embeddingsRequestSchema = z.strictObject({
 });
 
 export const parseEmbeddingsRequest = (body: unknown): EmbeddingsRequest =>
-  parseWith(embeddingsRequestSchema, whitelisted(body, embeddingsRequestSchema.shape)) as EmbeddingsRequest;
+  parseBody(embeddingsRequestSchema, body) as EmbeddingsRequest;

@@ -6,8 +6,7 @@ import {
   type SpeechRequest,
   VOICES,
 } from '#core/audio.ts';
-import { parseWith } from '../validation.ts';
-import { whitelisted } from './nulls.ts';
+import { parseBody } from '../validation.ts';
 
 const FORMATS = Object.keys(SPEECH_FORMATS) as [
   keyof typeof SPEECH_FORMATS,
@@ -45,9 +44,6 @@ export const speechRequestSchema = z.strictObject({
 
 export const parseSpeechRequest = (body: unknown): SpeechRequest => {
   // stream_format says how we answer, not what the upstream is asked: it goes no further.
-  const { stream_format: _, ...request } = parseWith(
-    speechRequestSchema,
-    whitelisted(body, speechRequestSchema.shape),
-  );
+  const { stream_format: _, ...request } = parseBody(speechRequestSchema, body);
   return request as SpeechRequest;
 };

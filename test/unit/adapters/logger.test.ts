@@ -42,6 +42,15 @@ describe('log lines of errors', () => {
     });
   });
 
+  it('keep the cause of an API error nested in a field or an array too', () => {
+    const nested = new InternalError(new Error('upstream 500'));
+    const [line] = linesOf(() =>
+      createLogger('info').warn('nested', { detail: { error: nested }, list: [nested] }),
+    );
+    const described = { name: 'InternalError', cause: { message: 'upstream 500' } };
+    expect(line).toMatchObject({ detail: { error: described }, list: [described] });
+  });
+
   it('describe errors nested in a field too, and stop a cause chain that never ends', () => {
     const loop = new Error('a');
     (loop as { cause?: unknown }).cause = loop;

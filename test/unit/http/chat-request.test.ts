@@ -112,6 +112,30 @@ describe('what OpenAI accepts and the spec does not forbid', () => {
   });
 });
 
+describe('which fault a body with several is refused for', () => {
+  it("names a known parameter's fault before the unknown names, as the schema always did", () => {
+    expect(rejection({ messages: valid.messages, thinking: 1 })).toMatchObject({
+      code: 'missing_required_parameter',
+      param: 'model',
+    });
+    expect(rejection({ ...valid, temperature: 3, thinking: 1 })).toMatchObject({ param: 'temperature' });
+    expect(rejection({ ...valid, thinking: 1, made_up: null })).toMatchObject({
+      code: 'unsupported_parameter',
+      param: 'thinking',
+      message: expect.stringContaining('thinking, made_up'),
+    });
+  });
+
+  it('lists a flood of unknown names briefly, first ones first', () => {
+    const body: Record<string, unknown> = { ...valid };
+    for (let i = 0; i < 50_000; i++) body[`k${i}`] = 1;
+    expect(rejection(body)).toMatchObject({
+      param: 'k0',
+      message: expect.stringContaining('k0, k1, k2, k3, k4, k5, k6, k7, k8, k9 and 49990 more'),
+    });
+  });
+});
+
 describe('what the whitelist refuses, null or not', () => {
   it.each(['thinking', 'reasoning_effort', 'logprobs', 'made_up'])('refuses %s: null, naming it', (param) => {
     expect(rejection({ ...valid, [param]: null })).toMatchObject({ code: 'unsupported_parameter', param });

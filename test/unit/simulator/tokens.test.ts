@@ -77,7 +77,7 @@ describe('countPromptTokens', () => {
 });
 
 describe('the simulator counts as the gateway estimates', () => {
-  test('with the same counter, long runs without a space included (sliced, so linear in the text)', () => {
+  test("with the gateway's counter, long runs without a space included (which it counts in slices)", () => {
     // 20,000 letters without a space, from a fixed sequence: BPE on the whole run and the counter's slices differ.
     let seed = 7;
     const letter = () => {
