@@ -4,6 +4,7 @@ import { CallRecorder } from '#core/call-recorder.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 import { Gateway } from '#core/gateway.ts';
 import { HealthBoard } from '#core/health.ts';
+import type { Warn } from '#core/ports.ts';
 import type { Catalog } from '#core/registry.ts';
 import { chatModel, deployment, manualClock, TEST_HEALTH_POLICY } from '#test/fixtures.ts';
 
@@ -14,7 +15,7 @@ const POLICY = TEST_HEALTH_POLICY;
  * token from routing to the attempt's outcome and to the call's end.
  */
 /** A gateway routing on `health` alone: no keys, no admission, no catalog. */
-const gatewayOn = (clock: ReturnType<typeof manualClock>, health: HealthBoard) =>
+const gatewayOn = (clock: ReturnType<typeof manualClock>, health?: HealthBoard, warn?: Warn) =>
   new Gateway({
     authenticator: {} as Authenticator,
     admission: null,
@@ -22,7 +23,8 @@ const gatewayOn = (clock: ReturnType<typeof manualClock>, health: HealthBoard) =
     clock,
     random: () => 0,
     maxAttempts: 3,
-    health,
+    ...(health ? { health } : {}),
+    ...(warn ? { warn } : {}),
   });
 
 const setup = () => {
@@ -169,15 +171,7 @@ describe('Gateway and our own credentials', () => {
   it('warns the operator of each upstream refusal of our key, which the client never sees', async () => {
     const clock = manualClock();
     const warnings: [string, Readonly<Record<string, unknown>>][] = [];
-    const gateway = new Gateway({
-      authenticator: {} as Authenticator,
-      admission: null,
-      catalog: async () => ({}) as Catalog,
-      clock,
-      random: () => 0,
-      maxAttempts: 3,
-      warn: (message, fields) => warnings.push([message, fields]),
-    });
+    const gateway = gatewayOn(clock, undefined, (message, fields) => warnings.push([message, fields]));
     const resolved = {
       model: chatModel(),
       deployments: [deployment({ id: 'a', priority: 1 }), deployment({ id: 'b', priority: 2 })],

@@ -7,19 +7,20 @@ import { createInstanceServer, type InstanceServer, type Route } from '#local/fu
  * The local host buffers a request's body (up to Lambda's 6 MB) before any handler authenticates it: a sender
  * that trickles its body must not hold that memory, and its connection, for ever.
  */
+/** A route whose handler a body that never arrives whole must never reach. */
+const route: Route = {
+  method: 'POST',
+  path: '/v1/chat/completions',
+  name: 'chat-completions',
+  timeoutMs: 60_000,
+  handler: (() => {
+    throw new Error('the body never arrived: no invocation');
+  }) as unknown as Route['handler'],
+};
+
 let instance: InstanceServer;
 let port: number;
 beforeAll(async () => {
-  // A route whose handler the trickled body never reaches.
-  const route: Route = {
-    method: 'POST',
-    path: '/v1/chat/completions',
-    name: 'chat-completions',
-    timeoutMs: 60_000,
-    handler: (() => {
-      throw new Error('the body never arrived: no invocation');
-    }) as unknown as Route['handler'],
-  };
   instance = createInstanceServer([route], { handles: () => false, serve: async () => {} }, () => {}, {
     requestTimeoutMs: 300,
     checkIntervalMs: 50,
@@ -53,15 +54,6 @@ describe('the local host and a body that never finishes arriving', () => {
 describe('the local host and a client that leaves while sending its body', () => {
   it('lets it go quietly: no invocation, and no failure of its own to report', async () => {
     const failures: unknown[] = [];
-    const route: Route = {
-      method: 'POST',
-      path: '/v1/chat/completions',
-      name: 'chat-completions',
-      timeoutMs: 60_000,
-      handler: (() => {
-        throw new Error('the body never arrived: no invocation');
-      }) as unknown as Route['handler'],
-    };
     const host = createInstanceServer([route], { handles: () => false, serve: async () => {} }, (error) =>
       failures.push(error),
     );
