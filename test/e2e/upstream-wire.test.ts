@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { schemaErrors } from '#test/openapi-schemas.ts';
@@ -48,6 +48,39 @@ const MODES: Readonly<Record<string, (chunk: object) => string>> = {
     `data: ${JSON.stringify(chunk).replace(`"model":"${HIDDEN}"`, `"model":"${HIDDEN}-2024-08-06"`)}\n\n`,
   // A space before each colon too.
   'space-before-colon': (chunk) => `data: ${JSON.stringify(chunk).replaceAll('":', '" :')}\n\n`,
+};
+
+const line = (chunk: object) => `data: ${JSON.stringify(chunk)}\n\n`;
+
+/** Upstreams that break the protocol around a reply, each its own way. */
+const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
+  // The whole reply, usage included, then the connection reset instead of [DONE] and a clean end.
+  'reset-after-reply': (res) => {
+    for (const chunk of chunks()) res.write(line(chunk));
+    setTimeout(() => res.socket?.destroy(), 20);
+  },
+  // [DONE] before the reply finished, then the rest of it.
+  'early-done': (res) => {
+    const [role, hello, there, stop, usage] = chunks() as object[];
+    for (const chunk of [role, hello] as object[]) res.write(line(chunk));
+    res.write('data: [DONE]\n\n');
+    for (const chunk of [there, stop, usage] as object[]) res.write(line(chunk));
+    res.end('data: [DONE]\n\n');
+  },
+  // An event that is not JSON among good ones.
+  'not-json': (res) => {
+    const [role, hello, there, stop, usage] = chunks() as object[];
+    for (const chunk of [role, hello] as object[]) res.write(line(chunk));
+    res.write('data: {"not json\n\n');
+    for (const chunk of [there, stop, usage] as object[]) res.write(line(chunk));
+    res.end('data: [DONE]\n\n');
+  },
+  // The usage chunk twice.
+  'two-usage': (res) => {
+    const all = chunks();
+    for (const chunk of [...all, all.at(-1) as object]) res.write(line(chunk));
+    res.end('data: [DONE]\n\n');
+  },
 };
 
 beforeAll(async () => {
@@ -108,6 +141,13 @@ beforeAll(async () => {
         res.end('data: [DONE]\n\n');
         return;
       }
+      const special = Object.keys(FAULTY).find((m) =>
+        body.messages.some((msg) => msg.content.includes(`mode=${m}`)),
+      );
+      if (special) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        return void (FAULTY[special] as (res: ServerResponse) => void)(res);
+      }
       const mode = Object.keys(MODES).find((m) =>
         body.messages.some((msg) => msg.content.includes(`mode=${m}`)),
       );
@@ -164,6 +204,39 @@ describe('an upstream stream written differently', () => {
       expect(record?.cost).toBeGreaterThan(0);
     },
   );
+});
+
+describe('an upstream that breaks the protocol around a reply', () => {
+  it('reset after the whole reply arrived: the client still gets it whole, [DONE] and all, and it is billed', async () => {
+    const { text } = await stream('reset-after-reply');
+    const events = sseEvents(text);
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(text).not.toContain('stream_interrupted');
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'success', usage: { promptTokens: 7, completionTokens: 2 } });
+    expect(record?.cost).toBeGreaterThan(0);
+  });
+
+  it.each(['early-done', 'not-json'])(
+    '(%s): the stream ends with the error event, every line a chunk the SDKs parse, uncharged',
+    async (mode) => {
+      const { text } = await stream(mode);
+      const events = sseEvents(text);
+      expect(events).not.toContain('[DONE]');
+      const parsed = events.map((data) => JSON.parse(data) as { error?: { code: string } });
+      expect(parsed.at(-1)?.error).toMatchObject({ code: 'stream_interrupted' });
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
+    },
+  );
+
+  it('a usage chunk sent twice reaches the client once, and is billed once', async () => {
+    const { text } = await stream('two-usage');
+    const usageChunks = sseEvents(text).filter((data) => data.includes('"usage":{'));
+    expect(usageChunks).toHaveLength(1);
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'success', usage: { promptTokens: 7, completionTokens: 2 } });
+  });
 });
 
 describe("an aggregator's error inside a 200", () => {

@@ -118,13 +118,21 @@ class RelayedStream implements ChatStream {
 
   async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent, void, undefined> {
     try {
-      yield this.#event(this.#first);
+      yield this.#event(this.#first) as ChatStreamEvent;
       for (;;) {
         const data = await this.#upstream.next('upstream stream ended without [DONE]', this.#complete());
-        if (data === null || data === '[DONE]') return this.#upstream.finish();
+        if (data === null) return this.#upstream.finish();
+        if (data === '[DONE]') {
+          // The protocol's end before the reply's: a choice never finished and no usage came. Relayed as a
+          // success it would read as whole to the client, and be billed on our count.
+          if (!this.#complete())
+            throw new UpstreamFailure('protocol', 'upstream sent [DONE] before every choice finished');
+          return this.#upstream.finish();
+        }
         if (isErrorEvent(data))
           throw new UpstreamFailure('server_error', 'upstream sent an error mid-stream');
-        yield this.#event(data);
+        const event = this.#event(data);
+        if (event) yield event;
       }
     } finally {
       this.close();
@@ -140,11 +148,16 @@ class RelayedStream implements ChatStream {
     return this.#usageSeen || this.#finishes >= this.#choices;
   }
 
-  #event(raw: string): ChatStreamEvent {
+  /** The event to relay, or null for one that adds nothing (a usage chunk again). */
+  #event(raw: string): ChatStreamEvent | null {
     // Compact JSON, one line, is what nearly every upstream sends and what the fast path below reads. Anything
     // else — spaces after colons (Python's json.dumps), one event over several `data:` lines — is re-serialised
     // first, so the model is relabelled, the usage found and the data framed on one line all the same.
     let data = raw.includes('\n') || raw.includes('": ') || raw.includes('" :') ? compact(raw) : raw;
+    // A chunk is a JSON object; anything else would reach the client's SDK as a line it cannot parse. (A cheap
+    // look at its ends: the fast path does not parse chunks.)
+    if (data.charCodeAt(0) !== 123 /* { */ || data.charCodeAt(data.length - 1) !== 125 /* } */)
+      throw new UpstreamFailure('protocol', 'upstream sent an event that is not a JSON object');
     // Whatever model the upstream names — OpenAI answers `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, not the name it
     // was asked for — the client sees the public id, as in a non-stream reply. Unescaped, `"model":"` is a key.
     // The name it was asked for is the common case, replaced as plain text; any other takes the pattern.
@@ -157,13 +170,11 @@ class RelayedStream implements ChatStream {
     const usageAt = data.lastIndexOf('"usage":');
     if (usageAt !== -1 && data.charCodeAt(usageAt + 8) === 123 /* { */) {
       const chunk = JSON.parse(data) as { choices?: unknown[]; usage?: unknown };
+      const usageOnly = !Array.isArray(chunk.choices) || chunk.choices.length === 0;
+      // One usage chunk per stream, as OpenAI sends: an upstream that repeats it is not repeated to the client.
+      if (usageOnly && this.#usageSeen) return null;
       this.#usageSeen = true;
-      return {
-        data,
-        usage: parseOpenAiUsage(chunk.usage),
-        usageOnly: !Array.isArray(chunk.choices) || chunk.choices.length === 0,
-        contentChunks: 0,
-      };
+      return { data, usage: parseOpenAiUsage(chunk.usage), usageOnly, contentChunks: 0 };
     }
     if (this.#stripNullUsage && usageAt !== -1) data = data.replace(',"usage":null', '');
     return { data, usage: null, usageOnly: false, contentChunks: producesTokens(data) ? 1 : 0 };
@@ -173,12 +184,12 @@ class RelayedStream implements ChatStream {
 /** A chunk's `model` field, whatever its value (the first is the chunk's own: OpenAI writes it first). */
 const MODEL_FIELD = /"model":"(?:[^"\\]|\\.)*"/;
 
-/** The same JSON without insignificant whitespace; data that is not JSON is kept, on one line. */
+/** The same JSON without insignificant whitespace; data that is not JSON is a protocol fault. */
 const compact = (data: string): string => {
   try {
     return JSON.stringify(JSON.parse(data));
   } catch {
-    return data;
+    throw new UpstreamFailure('protocol', 'upstream sent an event that is not JSON');
   }
 };
 

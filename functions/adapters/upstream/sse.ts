@@ -108,8 +108,8 @@ export class UpstreamEvents {
   }
 
   /**
-   * The next event's data; throws `UpstreamFailure` when the response breaks, or ends (cleanly) before the
-   * protocol's last event — unless `whole` says the reply is complete already, when a clean end is null.
+   * The next event's data; throws `UpstreamFailure` when the response breaks, or ends before the protocol's last
+   * event — unless `whole` says the reply is complete already, when its end, clean or not, is null.
    */
   next(cutOff: string): Promise<string>;
   next(cutOff: string, whole: boolean): Promise<string | null>;
@@ -118,6 +118,9 @@ export class UpstreamEvents {
     try {
       next = await this.#events.next();
     } catch (error) {
+      // A reply already whole is the client's in full: an upstream that then drops the connection, instead of
+      // closing it after its last event, takes nothing from it (telling the client to retry would waste it).
+      if (whole) return null;
       throw transportFailure(error);
     }
     if (next.done) {
