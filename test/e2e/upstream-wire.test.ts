@@ -75,6 +75,41 @@ const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
     for (const chunk of [there, stop, usage] as object[]) res.write(line(chunk));
     res.end('data: [DONE]\n\n');
   },
+  // Groq's way: its own usage nested in the finish chunk (`x_groq.usage`), then the standard usage-only chunk.
+  groq: (res) => {
+    const [role, hello, there, stop, usage] = chunks() as Record<string, unknown>[];
+    const groqStop = {
+      ...stop,
+      x_groq: { id: 'req_groq', usage: { prompt_tokens: 99, completion_tokens: 99 } },
+    };
+    for (const chunk of [role, hello, there, groqStop, usage] as object[]) res.write(line(chunk));
+    res.end('data: [DONE]\n\n');
+  },
+  // A running total of usage on every chunk (GLM, Perplexity), and the connection reset mid-reply.
+  'running-usage-reset': (res) => {
+    const [role, hello] = chunks() as Record<string, unknown>[];
+    const running = { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 };
+    for (const chunk of [role, hello] as object[]) res.write(line({ ...chunk, usage: running }));
+    setTimeout(() => res.socket?.destroy(), 20);
+  },
+  // `"finish_reason": ""` rather than null before the finish, and the connection reset mid-reply.
+  'empty-finish-reset': (res) => {
+    const [role, hello] = chunks() as { choices: Record<string, unknown>[] }[];
+    for (const chunk of [role, hello] as { choices: Record<string, unknown>[] }[])
+      res.write(line({ ...chunk, choices: chunk.choices.map((c) => ({ ...c, finish_reason: '' })) }));
+    setTimeout(() => res.socket?.destroy(), 20);
+  },
+  // A keep-alive line that is no chunk, before the first one.
+  'ping-first': (res) => {
+    res.write('data: ping\n\n');
+    for (const chunk of chunks()) res.write(line(chunk));
+    res.end('data: [DONE]\n\n');
+  },
+  // Legal JSON with spaces around it.
+  padded: (res) => {
+    for (const chunk of chunks()) res.write(`data:  ${JSON.stringify(chunk)} \n\n`);
+    res.end('data: [DONE]\n\n');
+  },
   // The usage chunk twice.
   'two-usage': (res) => {
     const all = chunks();
@@ -229,6 +264,49 @@ describe('an upstream that breaks the protocol around a reply', () => {
       expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
     },
   );
+
+  it.each(['groq', 'padded'])(
+    '(%s): relayed whole, one usage chunk, billed on the usage the upstream reported',
+    async (mode) => {
+      const { text } = await stream(mode);
+      const events = sseEvents(text);
+      expect(events.at(-1)).toBe('[DONE]');
+      expect(events.filter((data) => data.includes('"choices":[]'))).toHaveLength(1);
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({
+        outcome: 'success',
+        usage: { promptTokens: 7, completionTokens: 2, source: 'upstream' },
+      });
+    },
+  );
+
+  it.each(['running-usage-reset', 'empty-finish-reset'])(
+    '(%s): a reply cut mid-way is not whole, whatever its chunks say early: interrupted, uncharged',
+    async (mode) => {
+      const { text } = await stream(mode);
+      const events = sseEvents(text);
+      expect(events).not.toContain('[DONE]');
+      expect((JSON.parse(events.at(-1) as string) as { error?: unknown }).error).toMatchObject({
+        code: 'stream_interrupted',
+      });
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
+    },
+  );
+
+  it('a first event that is no chunk fails the attempt before anything reaches the client', async () => {
+    await drainSettlements(t.stack);
+    const res = await t.post('/chat/completions', {
+      model: MODEL,
+      stream: true,
+      messages: [{ role: 'user', content: 'mode=ping-first' }],
+    });
+    // One deployment here, so no other to fall back to: an error response, not a 200 with a broken stream.
+    expect(res.status).toBeGreaterThanOrEqual(500);
+    await res.text();
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ cost: 0 });
+  });
 
   it('a usage chunk sent twice reaches the client once, and is billed once', async () => {
     const { text } = await stream('two-usage');

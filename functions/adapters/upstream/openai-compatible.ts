@@ -52,7 +52,10 @@ export class OpenAiCompatibleChat implements ChatProvider {
       }
       if (isErrorEvent(first.value))
         throw new UpstreamFailure('server_error', 'upstream stream began with an error');
-      return new RelayedStream(first.value, new UpstreamEvents(events, abort, release), call);
+      // Checked here, before the deployment is committed: a first event that is no chunk is a failure another
+      // deployment can make good, not a stream the client receives broken.
+      const head = chunkData(first.value);
+      return new RelayedStream(head, new UpstreamEvents(events, abort, release), call);
     });
   }
 
@@ -101,8 +104,11 @@ class RelayedStream implements ChatStream {
   readonly #relabel = (): string => this.#modelLabel;
   readonly #stripNullUsage: boolean;
 
-  /** Usage seen, or every choice finished: an end without `[DONE]` after that is still a whole reply. */
-  #usageSeen = false;
+  /**
+   * The usage-only chunk (`choices: []`) seen, or every choice finished: the reply is whole, and an end without
+   * `[DONE]` after that takes nothing from it. (Not any usage: some upstreams put a running total on every chunk.)
+   */
+  #usageOnlySeen = false;
   #finishes = 0;
   readonly #choices: number;
 
@@ -118,7 +124,7 @@ class RelayedStream implements ChatStream {
 
   async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent, void, undefined> {
     try {
-      yield this.#event(this.#first) as ChatStreamEvent;
+      yield this.#event(this.#first, true) as ChatStreamEvent;
       for (;;) {
         const data = await this.#upstream.next('upstream stream ended without [DONE]', this.#complete());
         if (data === null) return this.#upstream.finish();
@@ -143,21 +149,14 @@ class RelayedStream implements ChatStream {
     this.#upstream.close();
   }
 
-  /** Whether the reply is whole without `[DONE]`: its usage arrived, or every choice finished. */
+  /** Whether the reply is whole without `[DONE]`: its usage-only chunk arrived, or every choice finished. */
   #complete(): boolean {
-    return this.#usageSeen || this.#finishes >= this.#choices;
+    return this.#usageOnlySeen || this.#finishes >= this.#choices;
   }
 
-  /** The event to relay, or null for one that adds nothing (a usage chunk again). */
-  #event(raw: string): ChatStreamEvent | null {
-    // Compact JSON, one line, is what nearly every upstream sends and what the fast path below reads. Anything
-    // else — spaces after colons (Python's json.dumps), one event over several `data:` lines — is re-serialised
-    // first, so the model is relabelled, the usage found and the data framed on one line all the same.
-    let data = raw.includes('\n') || raw.includes('": ') || raw.includes('" :') ? compact(raw) : raw;
-    // A chunk is a JSON object; anything else would reach the client's SDK as a line it cannot parse. (A cheap
-    // look at its ends: the fast path does not parse chunks.)
-    if (data.charCodeAt(0) !== 123 /* { */ || data.charCodeAt(data.length - 1) !== 125 /* } */)
-      throw new UpstreamFailure('protocol', 'upstream sent an event that is not a JSON object');
+  /** The event to relay, or null for one that adds nothing (a usage-only chunk again). */
+  #event(raw: string, checked = false): ChatStreamEvent | null {
+    let data = checked ? raw : chunkData(raw);
     // Whatever model the upstream names — OpenAI answers `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, not the name it
     // was asked for — the client sees the public id, as in a non-stream reply. Unescaped, `"model":"` is a key.
     // The name it was asked for is the common case, replaced as plain text; any other takes the pattern.
@@ -166,15 +165,24 @@ class RelayedStream implements ChatStream {
       asked !== -1
         ? data.slice(0, asked) + this.#modelLabel + data.slice(asked + this.#modelNeedle.length)
         : data.replace(MODEL_FIELD, this.#relabel);
-    this.#finishes += countOf(data, '"finish_reason":"');
+    // A finish is a non-empty reason: some upstreams write `""` rather than null on the chunks before it.
+    this.#finishes += countNonEmpty(data, '"finish_reason":"');
     const usageAt = data.lastIndexOf('"usage":');
     if (usageAt !== -1 && data.charCodeAt(usageAt + 8) === 123 /* { */) {
       const chunk = JSON.parse(data) as { choices?: unknown[]; usage?: unknown };
-      const usageOnly = !Array.isArray(chunk.choices) || chunk.choices.length === 0;
-      // One usage chunk per stream, as OpenAI sends: an upstream that repeats it is not repeated to the client.
-      if (usageOnly && this.#usageSeen) return null;
-      this.#usageSeen = true;
-      return { data, usage: parseOpenAiUsage(chunk.usage), usageOnly, contentChunks: 0 };
+      // The chunk's own usage, not one nested elsewhere (Groq's `x_groq.usage` on its finish chunk).
+      if (typeof chunk.usage === 'object' && chunk.usage !== null) {
+        const usageOnly = !Array.isArray(chunk.choices) || chunk.choices.length === 0;
+        // One usage-only chunk per stream, as OpenAI sends: one an upstream repeats is not repeated to the client.
+        if (usageOnly && this.#usageOnlySeen) return null;
+        if (usageOnly) this.#usageOnlySeen = true;
+        return {
+          data,
+          usage: parseOpenAiUsage(chunk.usage),
+          usageOnly,
+          contentChunks: usageOnly || !producesTokens(data) ? 0 : 1,
+        };
+      }
     }
     if (this.#stripNullUsage && usageAt !== -1) data = data.replace(',"usage":null', '');
     return { data, usage: null, usageOnly: false, contentChunks: producesTokens(data) ? 1 : 0 };
@@ -184,18 +192,33 @@ class RelayedStream implements ChatStream {
 /** A chunk's `model` field, whatever its value (the first is the chunk's own: OpenAI writes it first). */
 const MODEL_FIELD = /"model":"(?:[^"\\]|\\.)*"/;
 
-/** The same JSON without insignificant whitespace; data that is not JSON is a protocol fault. */
-const compact = (data: string): string => {
+/**
+ * An event's data as one compact line, and a JSON object — what a chunk is; anything else would reach the client's
+ * SDK as a line it cannot parse. Compact JSON on one line is what nearly every upstream sends, taken as it is after
+ * a look at its ends (the fast path does not parse chunks); anything else — spaces after colons (Python's
+ * json.dumps), an event over several `data:` lines, spaces around it — is re-serialised, so the model is
+ * relabelled, the usage found and the data framed on one line all the same.
+ */
+const chunkData = (raw: string): string => {
+  const plain = !raw.includes('\n') && !raw.includes('": ') && !raw.includes('" :');
+  if (plain && raw.charCodeAt(0) === 123 /* { */ && raw.charCodeAt(raw.length - 1) === 125 /* } */)
+    return raw;
+  let value: unknown;
   try {
-    return JSON.stringify(JSON.parse(data));
+    value = JSON.parse(raw);
   } catch {
     throw new UpstreamFailure('protocol', 'upstream sent an event that is not JSON');
   }
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new UpstreamFailure('protocol', 'upstream sent an event that is not a JSON object');
+  return JSON.stringify(value);
 };
 
-const countOf = (text: string, needle: string): number => {
+/** Occurrences of `needle` (a field and its opening quote) whose string is not empty. */
+const countNonEmpty = (text: string, needle: string): number => {
   let count = 0;
-  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + needle.length)) count++;
+  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + needle.length))
+    if (text.charCodeAt(at + needle.length) !== 34 /* " */) count++;
   return count;
 };
 

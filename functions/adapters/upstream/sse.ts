@@ -119,8 +119,9 @@ export class UpstreamEvents {
       next = await this.#events.next();
     } catch (error) {
       // A reply already whole is the client's in full: an upstream that then drops the connection, instead of
-      // closing it after its last event, takes nothing from it (telling the client to retry would waste it).
-      if (whole) return null;
+      // closing it after its last event, takes nothing from it (telling the client to retry would waste it). Our own
+      // abort (the call's deadline, the client gone) keeps its meaning.
+      if (whole && !this.#abort.signal.aborted) return null;
       throw transportFailure(error);
     }
     if (next.done) {
