@@ -104,8 +104,17 @@ interface Call {
   readonly cut: boolean;
 }
 
-/** A paid call that takes a while upstream (`directive` sets how); resolves once its body has ended. */
-const paidCall = async (url: string, directive: string, stream: boolean, maxTokens = 20): Promise<Call> => {
+/**
+ * A paid call that takes a while upstream (`directive` sets how); resolves once its body has ended. `onResponse`
+ * runs when its response has begun (a stream's headers and first event are out).
+ */
+const paidCall = async (
+  url: string,
+  directive: string,
+  stream: boolean,
+  maxTokens = 20,
+  onResponse: () => void = () => {},
+): Promise<Call> => {
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${DEMO_API_KEY}`, 'content-type': 'application/json' },
@@ -117,6 +126,7 @@ const paidCall = async (url: string, directive: string, stream: boolean, maxToke
     }),
   });
   const requestId = res.headers.get('x-request-id') ?? '';
+  onResponse();
   let body = '';
   try {
     body = await res.text();
@@ -228,13 +238,16 @@ describe('npm start stopped with a call outlasting SHUTDOWN_GRACE_MS', () => {
 
   it('cuts that call after the grace period and still finishes the short one', async () => {
     const stack = await start(scenario, { SHUTDOWN_GRACE_MS: '6000' });
+    const streaming = Promise.withResolvers<void>();
     const pending = [
       // Under way at the signal (it answers after 4 s), and done within the grace period.
       paidCall(stack.url, '[[sim: latency_ms=4000]]', false),
       // 100 tokens at 0.5 s each: far beyond the grace period.
-      paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100),
+      paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100, streaming.resolve),
     ];
     await admitted(scenario, 2);
+    // Admitted is not yet under way: on a busy machine the stream's response may not have begun.
+    await streaming.promise;
     calls = await stopDuring(stack, pending, () => stack.child.kill('SIGTERM'));
     expectComplete(calls[0] as Call);
     expect(calls[1]).toMatchObject({ status: 200, cut: true });
@@ -255,8 +268,10 @@ describe('npm start stopped with SHUTDOWN_GRACE_MS=0', () => {
 
   it('cuts the call under way at once, and still has it settled rather than dropped unrecorded', async () => {
     const stack = await start(scenario, { SHUTDOWN_GRACE_MS: '0' });
-    const pending = [paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100)];
+    const streaming = Promise.withResolvers<void>();
+    const pending = [paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100, streaming.resolve)];
     await admitted(scenario, 1);
+    await streaming.promise;
     calls = await stopDuring(stack, pending, () => stack.child.kill('SIGTERM'));
     expect(calls[0]).toMatchObject({ status: 200, cut: true });
     expect(stack.output()).toContain(
