@@ -105,6 +105,11 @@ const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
     for (const chunk of chunks()) res.write(line(chunk));
     res.end('data: [DONE]\n\n');
   },
+  // Empty keep-alive objects among the chunks.
+  'keep-alive': (res) => {
+    for (const chunk of chunks()) res.write(`data: {}\n\n${line(chunk)}`);
+    res.end('data: [DONE]\n\n');
+  },
   // Legal JSON with spaces around it.
   padded: (res) => {
     for (const chunk of chunks()) res.write(`data:  ${JSON.stringify(chunk)} \n\n`);
@@ -265,13 +270,15 @@ describe('an upstream that breaks the protocol around a reply', () => {
     },
   );
 
-  it.each(['groq', 'padded'])(
+  it.each(['groq', 'padded', 'keep-alive'])(
     '(%s): relayed whole, one usage chunk, billed on the usage the upstream reported',
     async (mode) => {
       const { text } = await stream(mode);
       const events = sseEvents(text);
       expect(events.at(-1)).toBe('[DONE]');
       expect(events.filter((data) => data.includes('"choices":[]'))).toHaveLength(1);
+      // Every event but the last a chunk with choices, as the SDKs index it.
+      for (const data of events.slice(0, -1)) expect(JSON.parse(data)).toHaveProperty('choices');
       const [record] = await takeSettlements(t.stack, 1);
       expect(record).toMatchObject({
         outcome: 'success',

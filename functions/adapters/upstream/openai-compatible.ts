@@ -124,7 +124,8 @@ class RelayedStream implements ChatStream {
 
   async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent, void, undefined> {
     try {
-      yield this.#event(this.#first, true) as ChatStreamEvent;
+      const head = this.#event(this.#first, true);
+      if (head) yield head;
       for (;;) {
         const data = await this.#upstream.next('upstream stream ended without [DONE]', this.#complete());
         if (data === null) return this.#upstream.finish();
@@ -154,9 +155,12 @@ class RelayedStream implements ChatStream {
     return this.#usageOnlySeen || this.#finishes >= this.#choices;
   }
 
-  /** The event to relay, or null for one that adds nothing (a usage-only chunk again). */
+  /** The event to relay, or null for one that adds nothing (an empty keep-alive object, a usage-only chunk again). */
   #event(raw: string, checked = false): ChatStreamEvent | null {
     let data = checked ? raw : chunkData(raw);
+    // `data: {}` keeps some upstreams' connections alive; relayed, it is a chunk with no `choices` for the client's
+    // SDK to index.
+    if (data === '{}') return null;
     // Whatever model the upstream names — OpenAI answers `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, not the name it
     // was asked for — the client sees the public id, as in a non-stream reply. Unescaped, `"model":"` is a key.
     // The name it was asked for is the common case, replaced as plain text; any other takes the pattern.
