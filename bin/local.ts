@@ -76,8 +76,7 @@ for (const name of ['LOG_LEVEL', 'PRICE_MIN_MARGIN', ...TUNABLE_ENV])
 // refuse the same value at synth).
 if (functionEnv.HOLD_TTL_MS) {
   const problem = holdTtlProblem(Number(functionEnv.HOLD_TTL_MS));
-  if (problem)
-    fail(`HOLD_TTL_MS must be ${problem.replace(/^HOLD_TTL_MS of /, '')}, got "${env.HOLD_TTL_MS}"`);
+  if (problem) fail(`HOLD_TTL_MS must be ${problem}, got "${env.HOLD_TTL_MS}"`);
 }
 
 /**

@@ -21,7 +21,7 @@ export const createHandler = (container: () => Container) =>
     const resolved = await c.gateway.resolve(request.model, 'chat', call);
     const prepared = prepareChat(request, resolved.model, c.tokens);
     call.stream = prepared.stream;
-    const completionTokens = prepared.maxTokens * prepared.choices;
+    const completionTokens = completionLimit(prepared);
     await c.gateway.admit(
       {
         requestId: call.requestId,
@@ -45,7 +45,7 @@ export const createHandler = (container: () => Container) =>
       const result = await c.gateway.route(resolved, call, true, (d, k, signal) =>
         c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
       );
-      const reported = result.usage && withinCompletionLimit(result.usage, completionLimit(prepared));
+      const reported = result.usage && withinCompletionLimit(result.usage, completionTokens);
       const usage = reported ?? estimatedUsage(prepared, result, c);
       call.succeeded(usage);
       // An upstream that reported no usage (or none we could read, or more than the call allowed): the client

@@ -72,12 +72,12 @@ const functionEnv = (context: Context, key: string): Readonly<Record<string, str
     fail(key, 'valid values', (error as Error).message);
   }
   const problem = holdTtlProblem(holdTtlMs);
-  if (problem) fail(key, problem, holdTtlMs);
+  if (problem) fail(key, `HOLD_TTL_MS of ${problem}`, holdTtlMs);
   return env;
 };
 
 /**
- * Why a hold TTL is too short, or null. A hold must outlive the longest call it covers, and that call's
+ * What a hold TTL must be when it is too short (`at least …`, with why), or null. A hold must outlive the longest call it covers, and that call's
  * settlement: released earlier, the sweeper frees money a running call is still drawing on, and the call's cost
  * lands as debt. The same functions and timeouts run on AWS and under `npm start`, so both check this.
  */
@@ -89,7 +89,7 @@ export const holdTtlProblem = (holdTtlMs: number): string | null => {
   );
   const minimumMs = (longestCallS + HOLD_SETTLEMENT_ALLOWANCE_S) * 1000;
   return holdTtlMs < minimumMs
-    ? `HOLD_TTL_MS of at least ${minimumMs} (the longest HTTP function timeout, ${longestCallS} s, plus ${HOLD_SETTLEMENT_ALLOWANCE_S} s to settle)`
+    ? `at least ${minimumMs} (the longest HTTP function timeout, ${longestCallS} s, plus ${HOLD_SETTLEMENT_ALLOWANCE_S} s to settle)`
     : null;
 };
 

@@ -265,12 +265,15 @@ const stopOrphanedStores = async (dbPath: string, log?: (line: string) => void):
       // Already gone.
     }
   };
+  /** Waits up to `ms` for every orphan to be gone. */
+  const gone = async (ms: number) => {
+    for (const by = Date.now() + ms; orphans.some(running) && Date.now() < by; )
+      await new Promise((r) => setTimeout(r, 50));
+  };
   for (const pid of orphans) signal(pid, 'SIGTERM');
-  const deadline = Date.now() + 5_000;
-  while (orphans.some(running) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  await gone(5_000);
   for (const pid of orphans.filter(running)) signal(pid, 'SIGKILL');
-  const killedBy = Date.now() + 2_000;
-  while (orphans.some(running) && Date.now() < killedBy) await new Promise((r) => setTimeout(r, 50));
+  await gone(2_000);
 };
 
 /** Makes sure the JVM dies with us: on stop(), and on any exit of this process (no orphan JVM). */

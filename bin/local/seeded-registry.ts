@@ -21,23 +21,14 @@ const recordSchema = z.object({ models: z.array(z.string()), deployments: z.arra
 
 type SeedRecord = z.infer<typeof recordSchema>;
 
+/** The record, or null: a new DATA_DIR, one from before this record, or a record that does not read. */
 const readRecord = (dataDir: string): SeedRecord | null => {
-  let text: string;
   try {
-    text = readFileSync(join(dataDir, RECORD_FILE), 'utf8');
+    const parsed = recordSchema.safeParse(JSON.parse(readFileSync(join(dataDir, RECORD_FILE), 'utf8')));
+    return parsed.success ? parsed.data : null;
   } catch {
-    return null; // a DATA_DIR from before this record, or a new one
+    return null;
   }
-  const parsed = recordSchema.safeParse(
-    (() => {
-      try {
-        return JSON.parse(text);
-      } catch {
-        return null;
-      }
-    })(),
-  );
-  return parsed.success ? parsed.data : null;
 };
 
 /**

@@ -193,15 +193,10 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
           deployments,
         },
       );
-      const count = retired.models.length + retired.deployments.length;
-      if (count > 0)
+      const ids = [...retired.models, ...retired.deployments];
+      if (ids.length > 0)
         log(
-          `registry: retired what the last start on this DATA_DIR seeded and this one does not (${[
-            ...retired.models,
-            ...retired.deployments,
-          ]
-            .slice(0, 3)
-            .join(', ')}${count > 3 ? `, and ${count - 3} more` : ''})`,
+          `registry: retired what the last start on this DATA_DIR seeded and this one does not (${ids.slice(0, 3).join(', ')}${ids.length > 3 ? `, and ${ids.length - 3} more` : ''})`,
         );
     }
 

@@ -128,8 +128,7 @@ const rejectImagesUnlessMultimodal = (messages: ChatMessage[], model: Model): vo
 };
 
 /** The most completion tokens a call can be billed: its cap on each of the choices it asked for. */
-export const completionLimit = (prepared: PreparedChat): number =>
-  prepared.maxTokens * (prepared.request.n ?? 1);
+export const completionLimit = (prepared: PreparedChat): number => prepared.maxTokens * prepared.choices;
 
 const completionCap = (request: ChatRequest, model: Model, promptTokens: number): number => {
   const context = model.contextWindow ?? Number.POSITIVE_INFINITY;

@@ -150,8 +150,13 @@ export class ServiceUnavailableError extends ApiError {
   readonly status = 503;
   readonly type = 'service_unavailable';
   readonly reason: UnavailableReason;
-  constructor(message: string, cause?: unknown, reason: UnavailableReason = 'no_eligible_model') {
-    super(message, 'no_eligible_model', { cause, headers: { 'retry-after': '1' } });
+  constructor(
+    message: string,
+    cause?: unknown,
+    reason: UnavailableReason = 'no_eligible_model',
+    headers: Readonly<Record<string, string>> = { 'retry-after': '1' },
+  ) {
+    super(message, 'no_eligible_model', { cause, headers: { ...headers } });
     this.reason = reason;
   }
 }

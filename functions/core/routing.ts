@@ -61,13 +61,12 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
   }
   // Every upstream of this model is failing: a fault of the model (its row and uptime in the usage report),
   // counted towards the platform error rate, not an incident by itself as an empty registry is.
-  const failing = new ServiceUnavailableError(
+  throw new ServiceUnavailableError(
     `No deployment of \`${model}\` is available right now: every upstream is failing. Please retry shortly.`,
     undefined,
     'circuits_open',
+    retry,
   );
-  Object.assign(failing.headers, retry);
-  throw failing;
 };
 
 const byPriority = (deployments: readonly Deployment[], random: Random): Deployment[] => {

@@ -32,6 +32,7 @@ async function* relay(
   let lastData: string | null = null;
   let contentChunks = 0;
   let finished = false;
+  const limit = completionLimit(prepared);
   const upstream = stream[Symbol.asyncIterator]();
   try {
     for (;;) {
@@ -54,7 +55,7 @@ async function* relay(
       contentChunks += event.contentChunks;
       if (event.usage === null) yield frame(event.data);
       else {
-        usage = withinCompletionLimit(event.usage, completionLimit(prepared));
+        usage = withinCompletionLimit(event.usage, limit);
         // A report above the call's limit is billed, and shown, at the limit.
         const data = usage === event.usage ? event.data : withUsage(event.data, usage);
         if (prepared.clientWantsUsage) yield frame(data);

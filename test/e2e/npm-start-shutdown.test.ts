@@ -136,6 +136,18 @@ const paidCall = async (
   return { status: res.status, requestId, body, stream, cut: false };
 };
 
+/**
+ * A paid stream of 100 tokens at 0.5 s each, far beyond any grace period here, and when its response has begun:
+ * admitted is not yet under way, and on a busy machine a signal in between finds no response to cut.
+ */
+const longStream = (url: string): { call: Promise<Call>; begun: Promise<void> } => {
+  const begun = Promise.withResolvers<void>();
+  return {
+    call: paidCall(url, '[[sim: chunk_delay_ms=500]]', true, 100, begun.resolve),
+    begun: begun.promise,
+  };
+};
+
 /** Waits until the wallet holds `count` open holds: every call admitted. */
 const admitted = async (scenario: string, count: number) => {
   const deadline = Date.now() + 30_000;
@@ -238,16 +250,14 @@ describe('npm start stopped with a call outlasting SHUTDOWN_GRACE_MS', () => {
 
   it('cuts that call after the grace period and still finishes the short one', async () => {
     const stack = await start(scenario, { SHUTDOWN_GRACE_MS: '6000' });
-    const streaming = Promise.withResolvers<void>();
+    const long = longStream(stack.url);
     const pending = [
       // Under way at the signal (it answers after 4 s), and done within the grace period.
       paidCall(stack.url, '[[sim: latency_ms=4000]]', false),
-      // 100 tokens at 0.5 s each: far beyond the grace period.
-      paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100, streaming.resolve),
+      long.call,
     ];
     await admitted(scenario, 2);
-    // Admitted is not yet under way: on a busy machine the stream's response may not have begun.
-    await streaming.promise;
+    await long.begun;
     calls = await stopDuring(stack, pending, () => stack.child.kill('SIGTERM'));
     expectComplete(calls[0] as Call);
     expect(calls[1]).toMatchObject({ status: 200, cut: true });
@@ -268,10 +278,10 @@ describe('npm start stopped with SHUTDOWN_GRACE_MS=0', () => {
 
   it('cuts the call under way at once, and still has it settled rather than dropped unrecorded', async () => {
     const stack = await start(scenario, { SHUTDOWN_GRACE_MS: '0' });
-    const streaming = Promise.withResolvers<void>();
-    const pending = [paidCall(stack.url, '[[sim: chunk_delay_ms=500]]', true, 100, streaming.resolve)];
+    const long = longStream(stack.url);
+    const pending = [long.call];
     await admitted(scenario, 1);
-    await streaming.promise;
+    await long.begun;
     calls = await stopDuring(stack, pending, () => stack.child.kill('SIGTERM'));
     expect(calls[0]).toMatchObject({ status: 200, cut: true });
     expect(stack.output()).toContain(

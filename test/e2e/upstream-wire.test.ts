@@ -220,6 +220,21 @@ const stream = async (mode: string) => {
   return { text: await res.text(), requestId: res.headers.get('x-request-id') };
 };
 
+/**
+ * Streams in `mode` and checks the client got a broken stream, as documented: every line a chunk the SDKs parse,
+ * no `[DONE]`, the error event last, and nothing charged. Returns the text the client received.
+ */
+const expectInterrupted = async (mode: string): Promise<string> => {
+  const { text } = await stream(mode);
+  const events = sseEvents(text);
+  expect(events).not.toContain('[DONE]');
+  const parsed = events.map((data) => JSON.parse(data) as { error?: { code: string } });
+  expect(parsed.at(-1)?.error).toMatchObject({ code: 'stream_interrupted' });
+  const [record] = await takeSettlements(t.stack, 1);
+  expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
+  return text;
+};
+
 describe('an upstream stream written differently', () => {
   it.each(['spaced', 'multiline', 'no-done', 'dated', 'space-before-colon'])(
     '(%s) reaches the client as OpenAI writes it: one-line events, our model name, [DONE], billed',
@@ -260,13 +275,7 @@ describe('an upstream that breaks the protocol around a reply', () => {
   it.each(['early-done', 'not-json'])(
     '(%s): the stream ends with the error event, every line a chunk the SDKs parse, uncharged',
     async (mode) => {
-      const { text } = await stream(mode);
-      const events = sseEvents(text);
-      expect(events).not.toContain('[DONE]');
-      const parsed = events.map((data) => JSON.parse(data) as { error?: { code: string } });
-      expect(parsed.at(-1)?.error).toMatchObject({ code: 'stream_interrupted' });
-      const [record] = await takeSettlements(t.stack, 1);
-      expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
+      await expectInterrupted(mode);
     },
   );
 
@@ -290,14 +299,7 @@ describe('an upstream that breaks the protocol around a reply', () => {
   it.each(['running-usage-reset', 'empty-finish-reset'])(
     '(%s): a reply cut mid-way is not whole, whatever its chunks say early: interrupted, uncharged',
     async (mode) => {
-      const { text } = await stream(mode);
-      const events = sseEvents(text);
-      expect(events).not.toContain('[DONE]');
-      expect((JSON.parse(events.at(-1) as string) as { error?: unknown }).error).toMatchObject({
-        code: 'stream_interrupted',
-      });
-      const [record] = await takeSettlements(t.stack, 1);
-      expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
+      await expectInterrupted(mode);
     },
   );
 
@@ -326,13 +328,7 @@ describe('an upstream that breaks the protocol around a reply', () => {
 
 describe("an aggregator's error inside a 200", () => {
   it('mid-stream: ends the stream with an explicit error event, uncharged, never relaying finish_reason "error"', async () => {
-    const { text } = await stream('aggregator-error');
-    const events = sseEvents(text);
-    expect(text).not.toContain('"finish_reason":"error"');
-    const last = JSON.parse(events.at(-1) as string) as { error?: { code: string } };
-    expect(last.error).toMatchObject({ code: 'stream_interrupted' });
-    const [record] = await takeSettlements(t.stack, 1);
-    expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
+    expect(await expectInterrupted('aggregator-error')).not.toContain('"finish_reason":"error"');
   });
 
   it('in a non-stream reply: an upstream failure, not a completion that finished', async () => {
