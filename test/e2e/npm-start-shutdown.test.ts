@@ -138,12 +138,14 @@ const paidCall = async (
 
 /**
  * A paid stream of 100 tokens at 0.5 s each, far beyond any grace period here, and when its response has begun:
- * admitted is not yet under way, and on a busy machine a signal in between finds no response to cut.
+ * admitted is not yet under way, and on a busy machine a signal in between finds no response to cut. The token
+ * count is a directive: the cap alone leaves the simulator its natural length, which for this prompt is 12 words
+ * (6 s, as long as the grace period, so a late signal let the stream finish uncut).
  */
 const longStream = (url: string): { call: Promise<Call>; begun: Promise<void> } => {
   const begun = Promise.withResolvers<void>();
   return {
-    call: paidCall(url, '[[sim: chunk_delay_ms=500]]', true, 100, begun.resolve),
+    call: paidCall(url, '[[sim: chunk_delay_ms=500 completion_tokens=100]]', true, 100, begun.resolve),
     begun: begun.promise,
   };
 };
