@@ -281,6 +281,12 @@ interface TargetSummary {
   readonly ttfb: Distribution | null;
   /** The gateway's admission round trip as it reported it per request (Server-Timing), ms. */
   readonly admit: Distribution | null;
+  /**
+   * Requests whose upstream call ran beside their admission (ADR 0011), and how long their answer waited for the
+   * hold (Server-Timing admit-wait), ms.
+   */
+  readonly admitWait: Distribution | null;
+  readonly overlapped: number;
   /** Its upstream call as it reported it (Server-Timing), non-stream scenarios, ms. */
   readonly upstream: Distribution | null;
   /** Latency beside that call and admission: the gateway's own work and the client↔gateway hops, ms. */
@@ -418,6 +424,8 @@ const runScenario = async (
       latency: distribution(concat(rounds.map((r) => r.latency))),
       ttfb: scenario.stream ? distribution(concat(rounds.flatMap((r) => (r.ttfb ? [r.ttfb] : [])))) : null,
       admit: distribution(concat(rounds.map((r) => r.admit))),
+      admitWait: distribution(concat(rounds.map((r) => r.admitWait))),
+      overlapped: sum(rounds, (r) => r.admitWait.length),
       upstream: distribution(concat(rounds.map((r) => r.upstream))),
       beside: distribution(concat(rounds.map((r) => r.beside))),
       meanResponseBytes: requests > 0 ? sum(rounds, (r) => r.bytes) / requests : 0,
@@ -617,11 +625,18 @@ const formatScenario = (result: ScenarioResult, settings: Settings): string => {
   const direct = result.targets[0];
   for (const t of result.targets) {
     if (!t.upstream || !t.beside) continue;
-    // Means add up (latency = admission + upstream call + the rest); percentiles do not.
+    // Means add up (latency = admission's share + upstream call + the rest); percentiles do not. Where the upstream
+    // call ran beside admission, admission's share is the answer's wait for the hold.
+    const admission = !t.admit
+      ? ''
+      : t.admitWait && t.overlapped > 0
+        ? `, admission ${ms(t.admit.mean)} ms beside it in ${pct(t.overlapped / t.requests)} of calls ` +
+          `(the answer then waited ${ms(t.admitWait.mean)} ms for the hold)`
+        : `, admission ${ms(t.admit.mean)} ms`;
     out.push(
       `  where ${t.name}'s time went (means): upstream call ${ms(t.upstream.mean)} ms as it timed it ` +
         `(${direct?.name} whole call ${ms(direct?.latency?.mean)} ms)` +
-        `${t.admit ? `, admission ${ms(t.admit.mean)} ms` : ''}, the rest ${ms(t.beside.mean)} ms ` +
+        `${admission}, the rest ${ms(t.beside.mean)} ms ` +
         `(p50 ${ms(t.beside.p50)}, p90 ${ms(t.beside.p90)}: its own work and the hops to and from the client)`,
     );
   }
@@ -744,12 +759,16 @@ const meteringCost = (results: readonly ScenarioResult[], idleRoundTrip: Distrib
       addedP99: added.p99,
       admissionRoundTripP50: admit.p50,
       admissionRoundTripP99: admit.p99,
+      overlappedShare: metered.requests > 0 ? metered.overlapped / metered.requests : null,
+      admissionWaitP50: metered.admitWait?.p50 ?? null,
       idleStoreRoundTripP50: idleRoundTrip?.p50 ?? null,
     },
     summary:
       `\nMetering at c=1: p50 ${ms(on.p50)} on vs ${ms(off.p50)} off → ${signed(added.p50)} ms (p99 ${signed(added.p99)} ms).` +
       `\n  Its one store round trip, as the gateway timed it (Server-Timing admit): p50 ${ms(admit.p50)}, p99 ${ms(admit.p99)}` +
       ` → metering's cost beyond that round trip: ${signed(added.p50 - admit.p50)} ms at p50.` +
+      `\n  The upstream call ran beside admission in ${pct(metered.requests > 0 ? metered.overlapped / metered.requests : 0)} of calls` +
+      ` (ADR 0011); their answers waited for the hold p50 ${ms(metered.admitWait?.p50)} ms.` +
       `\n  The same-sized transaction on an idle DynamoDB Local: p50 ${ms(idleRoundTrip?.p50)}; under load it also waits` +
       ` for the settlement transactions DynamoDB Local runs one at a time.`,
   };

@@ -16,18 +16,26 @@ export const createHandler = (container: () => Container) =>
     const resolved = await c.gateway.resolve(request.model, 'speech', call);
     // Billed per input character, so the hold is the exact cost.
     const usage = speechUsage(countCharacters(request.input));
-    await c.gateway.admit(
-      { requestId: call.requestId, estimatedTokens: 0, holdAmount: costOf(resolved.model, usage) },
+    const admission = {
+      requestId: call.requestId,
+      estimatedTokens: 0,
+      holdAmount: costOf(resolved.model, usage),
+    };
+    // Resolves with the first audio bytes in hand (and the call admitted): every failure before them may still
+    // fall back. Audio opened for a call then refused is closed unread.
+    const audio = await c.gateway.admitAndRoute(
+      admission,
+      resolved,
       call,
-    );
-    // Resolves with the first audio bytes in hand: every failure before them may still fall back.
-    const audio = await c.gateway.route(resolved, call, true, (deployment, keyIndex, signal) =>
-      c.provider(deployment.adapter, 'speech').speak({
-        deployment,
-        keyIndex,
-        signal,
-        body: upstreamSpeechBody(request, deployment.upstreamModel),
-      }),
+      true,
+      (deployment, keyIndex, signal) =>
+        c.provider(deployment.adapter, 'speech').speak({
+          deployment,
+          keyIndex,
+          signal,
+          body: upstreamSpeechBody(request, deployment.upstreamModel),
+        }),
+      (opened) => opened.close(),
     );
     return {
       statusCode: 200,

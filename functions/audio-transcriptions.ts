@@ -23,24 +23,27 @@ export const createHandler = (container: () => Container) =>
     );
     const resolved = await c.gateway.resolve(request.model, 'transcription', call);
     const audio = await c.audio.probe(file.bytes);
-    await c.gateway.admit(
-      {
-        requestId: call.requestId,
-        estimatedTokens: 0,
-        holdAmount: costOf(resolved.model, transcriptionUsage(audio.durationMs)),
-      },
+    const admission = {
+      requestId: call.requestId,
+      estimatedTokens: 0,
+      holdAmount: costOf(resolved.model, transcriptionUsage(audio.durationMs)),
+    };
+    const reply = await c.gateway.admitAndRoute(
+      admission,
+      resolved,
       call,
+      true,
+      async (deployment, keyIndex, signal) => {
+        const upstream = await c.provider(deployment.adapter, 'transcriptions').transcribe({
+          deployment,
+          keyIndex,
+          signal,
+          file,
+          fields: upstreamTranscriptionFields(request, deployment.upstreamModel),
+        });
+        return transcriptionBody(request.response_format, upstream.body, audio.durationMs);
+      },
     );
-    const reply = await c.gateway.route(resolved, call, true, async (deployment, keyIndex, signal) => {
-      const upstream = await c.provider(deployment.adapter, 'transcriptions').transcribe({
-        deployment,
-        keyIndex,
-        signal,
-        file,
-        fields: upstreamTranscriptionFields(request, deployment.upstreamModel),
-      });
-      return transcriptionBody(request.response_format, upstream.body, audio.durationMs);
-    });
     // The hold covered our measure; a provider's clearly longer decode is billed above it (ARCHITECTURE.md §7:
     // a cost above its hold is still debited).
     call.succeeded(transcriptionUsage(reply.audioMs));

@@ -22,16 +22,13 @@ export const createHandler = (container: () => Container) =>
     const prepared = prepareChat(request, resolved.model, c.tokens);
     call.stream = prepared.stream;
     const completionTokens = completionLimit(prepared);
-    await c.gateway.admit(
-      {
-        requestId: call.requestId,
-        estimatedTokens: prepared.promptTokens + completionTokens,
-        holdAmount: worstCaseChatCost(resolved.model, prepared.promptTokens, completionTokens),
-        affordableMaxTokens: (available) =>
-          affordableCompletionTokens(resolved.model, prepared.promptTokens, prepared.choices, available),
-      },
-      call,
-    );
+    const admission = {
+      requestId: call.requestId,
+      estimatedTokens: prepared.promptTokens + completionTokens,
+      holdAmount: worstCaseChatCost(resolved.model, prepared.promptTokens, completionTokens),
+      affordableMaxTokens: (available: number) =>
+        affordableCompletionTokens(resolved.model, prepared.promptTokens, prepared.choices, available),
+    };
     const upstream = (deployment: Deployment, keyIndex: number, signal: AbortSignal): UpstreamCall => ({
       deployment,
       keyIndex,
@@ -42,7 +39,7 @@ export const createHandler = (container: () => Container) =>
     });
 
     if (!prepared.stream) {
-      const result = await c.gateway.route(resolved, call, true, (d, k, signal) =>
+      const result = await c.gateway.admitAndRoute(admission, resolved, call, true, (d, k, signal) =>
         c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
       );
       const reported = result.usage && withinCompletionLimit(result.usage, completionTokens);
@@ -60,9 +57,15 @@ export const createHandler = (container: () => Container) =>
         body: JSON.stringify(body),
       };
     }
-    // Resolves once the first upstream event is in hand: every failure before that may still fall back.
-    const stream = await c.gateway.route(resolved, call, false, (d, k, signal) =>
-      c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
+    // Resolves once the first upstream event is in hand (and the call admitted): every failure before that may
+    // still fall back. A stream opened for a call then refused is closed unread.
+    const stream = await c.gateway.admitAndRoute(
+      admission,
+      resolved,
+      call,
+      false,
+      (d, k, signal) => c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
+      (opened) => opened.close(),
     );
     return {
       statusCode: 200,

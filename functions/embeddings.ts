@@ -21,25 +21,28 @@ export const createHandler = (container: () => Container) =>
     const request = parseEmbeddingsRequest(jsonBody(event, c.config.maxJsonBodyBytes));
     const resolved = await c.gateway.resolve(request.model, 'embedding', call);
     const prepared = prepareEmbeddings(request, resolved.model, c.tokens);
-    await c.gateway.admit(
-      {
-        requestId: call.requestId,
-        estimatedTokens: prepared.promptTokens,
-        // Input tokens are all an embedding costs; the estimate is the upstream's count with our tokenizer.
-        holdAmount: costOf(resolved.model, embeddingsUsage(prepared, null)),
-      },
+    const admission = {
+      requestId: call.requestId,
+      estimatedTokens: prepared.promptTokens,
+      // Input tokens are all an embedding costs; the estimate is the upstream's count with our tokenizer.
+      holdAmount: costOf(resolved.model, embeddingsUsage(prepared, null)),
+    };
+    const result = await c.gateway.admitAndRoute(
+      admission,
+      resolved,
       call,
+      true,
+      async (deployment, keyIndex, signal) => {
+        const reply = await c.provider(deployment.adapter, 'embeddings').embed({
+          deployment,
+          keyIndex,
+          signal,
+          body: upstreamEmbeddingsBody(prepared, deployment),
+        });
+        checkVectors(prepared, reply.vectors);
+        return reply;
+      },
     );
-    const result = await c.gateway.route(resolved, call, true, async (deployment, keyIndex, signal) => {
-      const reply = await c.provider(deployment.adapter, 'embeddings').embed({
-        deployment,
-        keyIndex,
-        signal,
-        body: upstreamEmbeddingsBody(prepared, deployment),
-      });
-      checkVectors(prepared, reply.vectors);
-      return reply;
-    });
     const usage = embeddingsUsage(prepared, result.promptTokens);
     call.succeeded(usage);
     return {

@@ -71,11 +71,17 @@ export interface RoundResult {
   readonly ttfb: Samples | null;
   /** The gateway's own admission round trip per request (`Server-Timing: admit;dur=…`), when it reports one. */
   readonly admit: Samples;
+  /**
+   * Per request whose upstream call ran beside its admission (`Server-Timing: admit-wait;dur=…`, ADR 0011): how
+   * long the upstream's answer then waited for the hold — what admission added to the request.
+   */
+  readonly admitWait: Samples;
   /** The gateway's upstream call per request (`Server-Timing: upstream;dur=…`), non-stream responses only. */
   readonly upstream: Samples;
   /**
-   * Per non-stream request that reports an upstream call: its latency minus that call and the admission round
-   * trip — the gateway's own work plus the two hops between this client and the gateway.
+   * Per non-stream request that reports an upstream call: its latency minus that call and what admission added
+   * (its whole round trip, or with the two overlapped the wait for the hold) — the gateway's own work plus the
+   * two hops between this client and the gateway.
    */
   readonly beside: Samples;
 }
@@ -94,6 +100,7 @@ class Round {
   readonly latency = new Samples(16_384);
   readonly ttfb: Samples | null;
   readonly admit = new Samples(16_384);
+  readonly admitWait = new Samples(16_384);
   readonly upstream = new Samples(16_384);
   readonly beside = new Samples(16_384);
   requests = 0;
@@ -147,6 +154,7 @@ class Worker implements Dispatcher.DispatchHandler {
   #sawDone = false;
   #headerMismatch: string | null = null;
   #admitMs = -1;
+  #admitWaitMs = -1;
   #upstreamMs = -1;
 
   constructor(round: Round) {
@@ -166,6 +174,7 @@ class Worker implements Dispatcher.DispatchHandler {
     this.#sawDone = false;
     this.#headerMismatch = null;
     this.#admitMs = -1;
+    this.#admitWaitMs = -1;
     this.#upstreamMs = -1;
     this.#start = performance.now();
     round.pool.dispatch(round.options, this);
@@ -182,6 +191,7 @@ class Worker implements Dispatcher.DispatchHandler {
     const timing = headers['server-timing'];
     if (typeof timing === 'string') {
       this.#admitMs = timingEntry(timing, 'admit');
+      this.#admitWaitMs = timingEntry(timing, 'admit-wait');
       this.#upstreamMs = timingEntry(timing, 'upstream');
     }
     for (const [name, value] of this.#round.expect) {
@@ -213,10 +223,12 @@ class Worker implements Dispatcher.DispatchHandler {
       round.latency.push(end - this.#start);
       round.ttfb?.push(this.#first - this.#start);
       if (this.#admitMs >= 0) round.admit.push(this.#admitMs);
+      if (this.#admitWaitMs >= 0) round.admitWait.push(this.#admitWaitMs);
       // A stream's Server-Timing leaves with its headers, before the upstream call has ended.
       if (this.#upstreamMs >= 0 && !round.stream) {
         round.upstream.push(this.#upstreamMs);
-        round.beside.push(end - this.#start - this.#upstreamMs - Math.max(0, this.#admitMs));
+        const admitted = this.#admitWaitMs >= 0 ? this.#admitWaitMs : Math.max(0, this.#admitMs);
+        round.beside.push(end - this.#start - this.#upstreamMs - admitted);
       }
     }
     queueMicrotask(this.#next);
@@ -251,6 +263,7 @@ export const runRound = (endpoint: Endpoint, options: RoundOptions): Promise<Rou
         latency: round.latency,
         ttfb: round.ttfb,
         admit: round.admit,
+        admitWait: round.admitWait,
         upstream: round.upstream,
         beside: round.beside,
       }),

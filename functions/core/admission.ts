@@ -70,6 +70,21 @@ interface Remembered {
 const RETRY_MARGIN_US = 1_000_000;
 
 /**
+ * How long an admission that did not pass keeps this instance from expecting the next ones to (`expects`): a
+ * refused account (its wallet, a limit, a key whose account is gone) for its own calls, a store that could not be
+ * reached for every call. Long enough that a client retrying a 402 or 429, or an outage, starts no upstream
+ * call per request; short enough that a top-up soon brings the overlap back.
+ */
+const DOUBT_MS = 60_000;
+
+/**
+ * Admissions of one account this instance lets run beside their upstream calls at once. A burst of concurrent
+ * calls all pass `expects` on the same memory before the first is answered; if the store then refuses them (a
+ * wallet that cannot cover them), this many at most went upstream for nothing.
+ */
+const MAX_AHEAD = 4;
+
+/**
  * Admission: the per-account limits of the tier (GCRA, four dimensions) and a wallet hold of the worst-case
  * cost, taken in one conditional transaction — normally one store round trip. The instance remembers each
  * account's buckets; that guess picks the form of each bucket update, and when it is wrong the store's
@@ -82,6 +97,12 @@ export class Admission {
   readonly #buckets = new Map<string, Remembered>();
   /** Per account, the admission currently in flight from this instance (they run one after another). */
   readonly #inFlight = new Map<string, Promise<unknown>>();
+  /** Per account, until when its last failed admission keeps `expects` from answering yes (epoch ms). */
+  readonly #doubted = new Map<string, number>();
+  /** Until when the store's last failure keeps `expects` from answering yes for any account (epoch ms). */
+  #storeDoubtedUntil = 0;
+  /** Per account, the admissions asked of this instance and not yet answered, and the tokens they charge. */
+  readonly #pending = new Map<string, { calls: number; tokens: number }>();
 
   constructor(options: AdmissionOptions) {
     this.#options = options;
@@ -110,6 +131,15 @@ export class Admission {
    */
   admit(principal: Principal, request: AdmissionRequest): Promise<Admitted> {
     const account = principal.accountId;
+    const pending = this.#pending.get(account) ?? { calls: 0, tokens: 0 };
+    pending.calls++;
+    pending.tokens += request.estimatedTokens;
+    this.#pending.set(account, pending);
+    const answered = () => {
+      pending.calls--;
+      pending.tokens -= request.estimatedTokens;
+      if (pending.calls === 0) this.#pending.delete(account);
+    };
     const previous = this.#inFlight.get(account);
     const run = (previous ? previous.catch(() => {}) : Promise.resolve()).then(() =>
       this.#admit(principal, request),
@@ -118,8 +148,63 @@ export class Admission {
     const cleanup = () => {
       if (this.#inFlight.get(account) === run) this.#inFlight.delete(account);
     };
-    run.then(cleanup, cleanup);
+    run.then(
+      () => {
+        answered();
+        cleanup();
+        // Admitted after all (a top-up came, the store is back): the doubt has served its purpose.
+        this.#doubted.delete(account);
+        this.#storeDoubtedUntil = 0;
+      },
+      (error: unknown) => {
+        answered();
+        cleanup();
+        this.#doubt(account, error);
+      },
+    );
     return run;
+  }
+
+  /**
+   * Whether this instance expects the store to admit `request`, before asking it: the account's buckets are
+   * remembered; under the limits they were kept under they have room for this call and the account's admissions
+   * still unanswered here, twice over (another instance's admissions may have spent some of it meanwhile); fewer than
+   * MAX_AHEAD of those are under way; and no admission of the account — nor any call to the store — has failed here
+   * lately. Only a guess, and never the decision: a yes lets the upstream call start beside the
+   * store's round trip (Gateway.admitAndRoute), and a wrong yes costs one upstream call that is cancelled and
+   * served to no one. What the wallet holds is not known here (a hold reads nothing back); a refusal for want of
+   * funds turns the answer to no for DOUBT_MS, or until an admission of the account passes again.
+   */
+  expects(principal: Principal, request: AdmissionRequest): boolean {
+    const account = principal.accountId;
+    const nowMs = this.#options.clock.now();
+    if (nowMs < this.#storeDoubtedUntil || nowMs < (this.#doubted.get(account) ?? 0)) return false;
+    const memory = this.#buckets.get(account);
+    if (!memory) return false;
+    const pending = this.#pending.get(account) ?? { calls: 0, tokens: 0 };
+    if (pending.calls >= MAX_AHEAD) return false;
+    const nowUs = Math.floor(nowMs * 1000);
+    const charges = chargesFor(request.estimatedTokens + pending.tokens);
+    const units = (d: Dimension) => 2 * (d === 'rpm' || d === 'rpd' ? pending.calls + 1 : charges[d]);
+    return DIMENSIONS.every(
+      (d) => checkDimension(d, memory.limits[d], memory.state[d], units(d), nowUs).allowed,
+    );
+  }
+
+  /** Remembers that an admission did not pass, for `expects`. */
+  #doubt(accountId: string, error: unknown): void {
+    const until = this.#options.clock.now() + DOUBT_MS;
+    if (error instanceof ServiceUnavailableError) {
+      this.#storeDoubtedUntil = until;
+      return;
+    }
+    this.#doubted.delete(accountId);
+    // Bounded as the buckets are: past maxAccounts the oldest doubt goes (a forgotten one costs one upstream call).
+    if (this.#doubted.size >= (this.#options.maxAccounts ?? 10_000)) {
+      const oldest = this.#doubted.keys().next();
+      if (!oldest.done) this.#doubted.delete(oldest.value);
+    }
+    this.#doubted.set(accountId, until);
   }
 
   /**

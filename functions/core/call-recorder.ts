@@ -35,6 +35,11 @@ export class CallRecorder {
   limitHeaders: Record<string, string> = {};
   /** How long admission's store round trip took, ms (null: not admitted, or metering off). */
   admissionMs: number | null = null;
+  /**
+   * When the route ran beside admission (Gateway.admitAndRoute): how long its answer then waited for the hold,
+   * ms — what metering added to this call. Null: the two ran one after the other.
+   */
+  admissionWaitMs: number | null = null;
   /** From the first upstream attempt to the serving deployment's first byte, ms. */
   upstreamMs: number | null = null;
   /**
@@ -74,6 +79,7 @@ export class CallRecorder {
   serverTiming(): string | null {
     const parts: string[] = [];
     if (this.admissionMs !== null) parts.push(`admit;dur=${this.admissionMs.toFixed(2)}`);
+    if (this.admissionWaitMs !== null) parts.push(`admit-wait;dur=${this.admissionWaitMs.toFixed(2)}`);
     if (this.upstreamMs !== null) parts.push(`upstream;dur=${this.upstreamMs.toFixed(2)}`);
     return parts.length > 0 ? parts.join(', ') : null;
   }

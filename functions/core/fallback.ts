@@ -59,7 +59,8 @@ export interface Attempt {
   readonly provider: string;
   /** Index of the deployment key used. */
   readonly keyIndex: number;
-  readonly outcome: 'ok' | FailureKind;
+  /** `cancelled`: abandoned because the call was refused admission meanwhile (RouteCancelled). */
+  readonly outcome: 'ok' | FailureKind | 'cancelled';
   readonly status: number | null;
   readonly ms: number;
   readonly detail: string | null;
@@ -82,7 +83,8 @@ export interface FallbackOptions {
    * Aborts when the call runs out of time (the invocation's end, less what answering and settling need). The
    * attempt under way is abandoned — `call` must hand this signal to the upstream request — and no other is
    * started: the client gets a 500 it can retry, and the call is settled, instead of an invocation killed
-   * mid-attempt with no answer and no settlement.
+   * mid-attempt with no answer and no settlement. Aborted with a `RouteCancelled` reason, the call was refused
+   * admission while its route ran beside it (Gateway.admitAndRoute).
    */
   readonly deadline?: AbortSignal;
 }
@@ -121,9 +123,14 @@ export const withFallback = async <T>(
       } catch (error) {
         // A refusal of the request itself stays what it is (a 400), deadline or not.
         if (deadline?.aborted && !(error instanceof UpstreamFailure && error.kind === 'rejected')) {
-          // Whatever the attempt threw, it was cut by the deadline (or failed just as it came): not a verdict on
-          // the deployment, whose own timeouts judge its speed.
-          attempts.push(record(deployment, keyIndex, 'timeout', null, clock.now() - started, CUT_DETAIL));
+          // Whatever the attempt threw, it was cut by the deadline or by the call's refusal (or failed just as
+          // either came): not a verdict on the deployment, whose own timeouts judge its speed.
+          const ms = clock.now() - started;
+          attempts.push(
+            deadline.reason instanceof RouteCancelled
+              ? record(deployment, keyIndex, 'cancelled', null, ms, CANCELLED_DETAIL)
+              : record(deployment, keyIndex, 'timeout', null, ms, CUT_DETAIL),
+          );
           throw outOfTime(deadline);
         }
         if (!(error instanceof UpstreamFailure)) throw error;
@@ -144,15 +151,36 @@ export const withFallback = async <T>(
 /** The detail of an attempt abandoned at the call's deadline (see FallbackOptions.deadline); no failure has it. */
 const CUT_DETAIL = "cut at the call's deadline";
 
-/** Whether an attempt was abandoned at the call's deadline: health must not count it against its deployment. */
-export const cutAtDeadline = (attempt: Attempt): boolean => attempt.detail === CUT_DETAIL;
+const CANCELLED_DETAIL = 'cancelled: the call was refused admission';
+
+/**
+ * Whether an attempt was abandoned — at the call's deadline, or because the call was refused admission — rather
+ * than failed: health must not count it against its deployment.
+ */
+export const abandoned = (attempt: Attempt): boolean =>
+  attempt.outcome === 'cancelled' || attempt.detail === CUT_DETAIL;
+
+/**
+ * Why a route was stopped when its call was refused admission while the route ran beside it: the refusal is what
+ * the client gets; the route only has to stop.
+ */
+export class RouteCancelled extends Error {
+  override readonly name = 'RouteCancelled';
+
+  constructor(refusal: unknown) {
+    super('the call was refused admission', { cause: refusal });
+  }
+}
 
 /**
  * The call ran out of time before any upstream answered: a 500 the client may retry, charged nothing. The
- * deadline's reason, when it is an API error, says which limit came (see Gateway.route).
+ * deadline's reason, when it is an API error, says which limit came (see Gateway.route); a cancelled route
+ * stops with its RouteCancelled.
  */
-const outOfTime = (deadline: AbortSignal): ApiError =>
-  deadline.reason instanceof ApiError ? deadline.reason : deadlineError();
+const outOfTime = (deadline: AbortSignal): Error =>
+  deadline.reason instanceof ApiError || deadline.reason instanceof RouteCancelled
+    ? deadline.reason
+    : deadlineError();
 
 /** The deadline error of a call that reached the longest time its function runs. */
 export const deadlineError = (message?: string): UpstreamFaultError =>

@@ -2,7 +2,7 @@ import type { Admission, AdmissionRequest } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
 import type { ApiError } from './errors.ts';
-import { cutAtDeadline, deadlineError, type Served, withFallback } from './fallback.ts';
+import { abandoned, deadlineError, RouteCancelled, type Served, withFallback } from './fallback.ts';
 import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Clock, Random, Warn } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
@@ -90,6 +90,47 @@ export class Gateway {
   }
 
   /**
+   * Admission, then routing — with the two overlapped when this instance expects the admission to pass
+   * (Admission.expects): the route starts at once, beside the store's round trip, and its value is returned only
+   * once the hold is taken, so nothing reaches the client unadmitted and metering adds to the call only what is
+   * left of its round trip when the upstream has answered (ADR 0011). A refusal cancels the route — the attempt
+   * under way is abandoned, counted against no deployment — and `discard` releases what the route had already
+   * produced (an open stream); the client gets the refusal, as it would have without the overlap. A route that
+   * fails first still waits for the admission, so that its hold is on the call for settlement to release.
+   */
+  async admitAndRoute<T>(
+    request: AdmissionRequest,
+    resolved: Resolved,
+    call: CallRecorder,
+    cycleKeys: boolean,
+    attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>,
+    discard: (value: T) => void = () => {},
+  ): Promise<T> {
+    const { admission, clock } = this.#deps;
+    if (!admission || !call.principal || !admission.expects(call.principal, request)) {
+      await this.admit(request, call);
+      return this.route(resolved, call, cycleKeys, attempt);
+    }
+    const cancel = new AbortController();
+    const admitting = this.admit(request, call);
+    admitting.catch((refusal: unknown) => cancel.abort(new RouteCancelled(refusal)));
+    let routedAt: number | null = null;
+    const routing = this.route(resolved, call, cycleKeys, attempt, cancel.signal).finally(() => {
+      routedAt = clock.now();
+    });
+    const [admitted, routed] = await Promise.allSettled([admitting, routing]);
+    if (admitted.status === 'rejected') {
+      if (routed.status === 'fulfilled') discard(routed.value);
+      // Routed, perhaps, but served to no one.
+      call.deployment = null;
+      throw admitted.reason;
+    }
+    call.admissionWaitMs = routedAt === null ? 0 : Math.max(0, clock.now() - routedAt);
+    if (routed.status === 'rejected') throw routed.reason;
+    return routed.value;
+  }
+
+  /**
    * Tries the model's deployments in route order until one answers. `cycleKeys` is on for non-stream
    * calls (spec §7). The serving deployment is recorded on the call.
    *
@@ -97,13 +138,15 @@ export class Gateway {
    * (`call.endBy`), which bounds the whole route — a slow upstream's attempts, each within its own timeout,
    * could otherwise add up past the invocation's end (6 × 180 s against chat's 900 s), and an invocation
    * killed there answers the client nothing and settles nothing. For a stream the signal matters only until
-   * its first event: the relay body keeps the deadline from there (http/relay-body.ts).
+   * its first event: the relay body keeps the deadline from there (http/relay-body.ts). `cancel` stops the route
+   * the same way, with its reason (admitAndRoute: the call was refused admission).
    */
   async route<T>(
     resolved: Resolved,
     call: CallRecorder,
     cycleKeys: boolean,
     attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>,
+    cancel?: AbortSignal,
   ): Promise<T> {
     const { clock, random, maxAttempts, health } = this.#deps;
     const started = clock.now();
@@ -117,6 +160,9 @@ export class Gateway {
     // Already past (a request that waited too long in front of us): no attempt at all, not one started and cut.
     if (at !== null && at <= Date.now()) deadline.abort(error());
     else if (at !== null) timer = setTimeout(() => deadline.abort(error()), at - Date.now());
+    const onCancel = () => deadline.abort(cancel?.reason);
+    if (cancel?.aborted) onCancel();
+    else cancel?.addEventListener('abort', onCancel, { once: true });
     try {
       const served: Served<T> = await withFallback(
         plan,
@@ -128,6 +174,7 @@ export class Gateway {
       return served.value;
     } finally {
       if (timer !== null) clearTimeout(timer);
+      cancel?.removeEventListener('abort', onCancel);
       // A key the provider refuses (revoked, out of credit) is invisible to clients — key cycling and fallback
       // serve them — so it is said here, once per refused attempt, naming the key by its place in the deployment.
       for (const a of call.attempts.slice(before))
@@ -144,8 +191,9 @@ export class Gateway {
       if (health) {
         const attempts = call.attempts.slice(before);
         const served = attempts.find((a) => a.outcome === 'ok')?.deployment;
-        // An attempt cut at the call's deadline is no verdict either: the deployment's own timeouts judge it.
-        const judged = attempts.filter((a) => !cutAtDeadline(a));
+        // An attempt cut at the call's deadline, or cancelled with its call, is no verdict either: the
+        // deployment's own timeouts judge it.
+        const judged = attempts.filter((a) => !abandoned(a));
         for (const a of judged) {
           if (a.outcome !== 'ok' && a.deployment !== served)
             health.record(a.deployment, a.outcome, a.ms, probes.get(a.deployment) ?? null);

@@ -14,7 +14,10 @@ beforeAll(async () => {
         const stream = req.url === '/stream';
         res.writeHead(200, {
           'content-type': stream ? 'text/event-stream' : 'application/json',
-          'server-timing': 'admit;dur=1.50, upstream;dur=2.25',
+          'server-timing':
+            req.url === '/overlap'
+              ? 'admit;dur=1.50, admit-wait;dur=0.25, upstream;dur=2.25'
+              : 'admit;dur=1.50, upstream;dur=2.25',
         });
         res.end(stream ? 'data: {}\n\ndata: [DONE]\n\n' : '{}');
       }, 5),
@@ -45,6 +48,16 @@ describe('bench load rounds read the gateway’s Server-Timing', () => {
     // The rest: what the client waited beyond both reported durations.
     for (const [i, beside] of [...result.beside.view()].entries())
       expect(beside).toBeCloseTo((latency[i] as number) - 3.75, 6);
+  });
+
+  it('counts only the wait for the hold when the upstream call ran beside admission', async () => {
+    const result = await round('/overlap', false);
+    expect(result.errors).toBe(0);
+    const latency = [...result.latency.view()];
+    expect([...result.admit.view()]).toEqual(latency.map(() => 1.5));
+    expect([...result.admitWait.view()]).toEqual(latency.map(() => 0.25));
+    for (const [i, beside] of [...result.beside.view()].entries())
+      expect(beside).toBeCloseTo((latency[i] as number) - 2.5, 6);
   });
 
   it('leaves a stream’s upstream call out: its Server-Timing leaves before the call has ended', async () => {

@@ -2,8 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from '#core/errors.ts';
 import {
   type Attempt,
-  cutAtDeadline,
+  abandoned,
   type FailureKind,
+  RouteCancelled,
   UpstreamFailure,
   withFallback,
 } from '#core/fallback.ts';
@@ -157,7 +158,21 @@ describe('withFallback at the call deadline', () => {
     expect(attempts).toMatchObject([
       { deployment: 'a', outcome: 'timeout', detail: "cut at the call's deadline" },
     ]);
-    expect(cutAtDeadline(attempts[0] as Attempt)).toBe(true);
+    expect(abandoned(attempts[0] as Attempt)).toBe(true);
+  });
+
+  it('stops with the RouteCancelled of a call refused admission, the attempt recorded as cancelled', async () => {
+    const deadline = new AbortController();
+    const refusal = new Error('402 insufficient balance');
+    setTimeout(() => deadline.abort(new RouteCancelled(refusal)), 10);
+    const { result, calls, attempts } = await runWithDeadline(deadline, () =>
+      attemptUntilAborted(deadline.signal),
+    );
+    expect(result).toBeInstanceOf(RouteCancelled);
+    expect((result as Error).cause).toBe(refusal);
+    expect(calls).toEqual(['a#0']);
+    expect(attempts).toMatchObject([{ deployment: 'a', outcome: 'cancelled' }]);
+    expect(abandoned(attempts[0] as Attempt)).toBe(true);
   });
 
   it('starts nothing once the deadline has passed', async () => {
@@ -177,7 +192,7 @@ describe('withFallback at the call deadline', () => {
     });
     expect(result).toBeInstanceOf(UpstreamFaultError);
     expect(calls).toEqual(['a#0']);
-    expect(cutAtDeadline(attempts[0] as Attempt)).toBe(true);
+    expect(abandoned(attempts[0] as Attempt)).toBe(true);
   });
 
   it('keeps a refusal of the request itself a 400, though the deadline came with it', async () => {
@@ -199,6 +214,6 @@ describe('withFallback at the call deadline', () => {
       return d.id;
     });
     expect(result).toMatchObject({ value: 'b', deployment: b });
-    expect(attempts.some(cutAtDeadline)).toBe(false);
+    expect(attempts.some(abandoned)).toBe(false);
   });
 });
