@@ -1,6 +1,7 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import { musicMetadataProbe } from '#adapters/audio-probe.ts';
+import { hotPathClientConfig } from '#adapters/aws-clients.ts';
 import { DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoKeyStore, hashKey } from '#adapters/dynamo-key-store.ts';
@@ -88,10 +89,14 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
   const random: Random = Math.random;
   const sleep: Sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   // On Lambda, region and credentials come from the standard AWS_* environment.
-  const dynamo = new DynamoDBClient({ maxAttempts: 3, logger: sdkLogger(log), ...options.aws?.dynamodb });
+  const dynamo = new DynamoDBClient({
+    maxAttempts: 3,
+    ...hotPathClientConfig(log),
+    ...options.aws?.dynamodb,
+  });
   options.onDynamoClient?.(dynamo);
   // TLS (or loopback) already protects the body; the SDK's extra MD5 check is pure CPU on the hot path.
-  const sqs = new SQSClient({ maxAttempts: 5, md5: false, logger: sdkLogger(log), ...options.aws?.sqs });
+  const sqs = new SQSClient({ maxAttempts: 5, md5: false, ...hotPathClientConfig(log), ...options.aws?.sqs });
   const registryStore = new DynamoRegistry(dynamo, config.tables.registry);
   const registry = new RegistryCache(
     registryStore,
@@ -185,19 +190,6 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     },
   };
 };
-
-/**
- * The AWS SDK's logger. Its default (a no-op logger) still has `info`, and the SDK's logger middleware builds
- * a redacted copy of every command's input and output for it — a walk of both through the schema on every call,
- * the hot path's DynamoDB transaction included. Without `info` and `error` (the SDK only ever calls them as
- * `logger?.info?.(…)`), that work is skipped. The SDK's warnings still reach our log.
- */
-const sdkLogger = (log: Logger) =>
-  ({
-    debug: () => {},
-    trace: () => {},
-    warn: (...content: unknown[]) => log.warn('aws sdk warning', { content }),
-  }) as unknown as DynamoDBClientConfig['logger'];
 
 let fromEnv: Container | undefined;
 

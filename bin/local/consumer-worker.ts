@@ -9,6 +9,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import type { Context } from 'aws-lambda';
+import { hotPathClientConfig } from '#adapters/aws-clients.ts';
 import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
 import { createHandler as createSweeper } from '#functions/hold-sweeper.ts';
@@ -37,7 +38,8 @@ const container = createContainer(config, {
   onDynamoClient: enforceTableGrants(config.tables),
 });
 const sweep = createSweeper(() => container);
-const sqs = new SQSClient(input.aws.sqs);
+// The event source mapping's own polling: an SQS client as hot as the consumer's.
+const sqs = new SQSClient({ ...hotPathClientConfig(container.log), ...input.aws.sqs });
 
 const stopPolling = startPoller({
   sqs,
