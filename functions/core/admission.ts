@@ -73,9 +73,20 @@ const RETRY_MARGIN_US = 1_000_000;
  * How long an admission that did not pass keeps this instance from expecting the next ones to (`expects`): a
  * refused account (its wallet, a limit, a key whose account is gone) for its own calls, a store that could not be
  * reached for every call. Long enough that a client retrying a 402 or 429, or an outage, starts no upstream
- * call per request; short enough that a top-up soon brings the overlap back.
+ * call per request; short enough that the overlap comes back on its own.
  */
 const DOUBT_MS = 60_000;
+
+/** Why `expects` answers no for an account for a while (see #doubt). */
+interface Doubt {
+  /** Epoch ms. */
+  readonly until: number;
+  /**
+   * After a refusal for want of funds: the hold the wallet could not cover. Only a paid admission at least this
+   * large proves the money is there again; a free or cheaper call passing proves nothing about it.
+   */
+  readonly shortOf: number | null;
+}
 
 /**
  * Admissions of one account this instance lets run beside their upstream calls at once. A burst of concurrent
@@ -97,10 +108,10 @@ export class Admission {
   readonly #buckets = new Map<string, Remembered>();
   /** Per account, the admission currently in flight from this instance (they run one after another). */
   readonly #inFlight = new Map<string, Promise<unknown>>();
-  /** Per account, until when its last failed admission keeps `expects` from answering yes (epoch ms). */
-  readonly #doubted = new Map<string, number>();
-  /** Until when the store's last failure keeps `expects` from answering yes for any account (epoch ms). */
-  #storeDoubtedUntil = 0;
+  /** Per account, what its last failed admission keeps `expects` from answering yes to. */
+  readonly #doubted = new Map<string, Doubt>();
+  /** When the store last could not be reached (epoch ms); for DOUBT_MS after it `expects` answers no. */
+  #storeFailedAt = Number.NEGATIVE_INFINITY;
   /** Per account, the admissions asked of this instance and not yet answered, and the tokens they charge. */
   readonly #pending = new Map<string, { calls: number; tokens: number }>();
 
@@ -131,6 +142,7 @@ export class Admission {
    */
   admit(principal: Principal, request: AdmissionRequest): Promise<Admitted> {
     const account = principal.accountId;
+    const askedAt = this.#options.clock.now();
     const pending = this.#pending.get(account) ?? { calls: 0, tokens: 0 };
     pending.calls++;
     pending.tokens += request.estimatedTokens;
@@ -152,14 +164,18 @@ export class Admission {
       () => {
         answered();
         cleanup();
-        // Admitted after all (a top-up came, the store is back): the doubt has served its purpose.
-        this.#doubted.delete(account);
-        this.#storeDoubtedUntil = 0;
+        // Admitted after all: a doubt this admission answers has served its purpose — a refused wallet's only when
+        // the hold was as large as the one it could not cover, the store's only when this call was asked of it
+        // after the failure (one that was under way before says nothing of the store since).
+        const doubt = this.#doubted.get(account);
+        if (doubt && (doubt.shortOf === null || request.holdAmount >= doubt.shortOf))
+          this.#doubted.delete(account);
+        if (askedAt > this.#storeFailedAt) this.#storeFailedAt = Number.NEGATIVE_INFINITY;
       },
       (error: unknown) => {
         answered();
         cleanup();
-        this.#doubt(account, error);
+        this.#doubt(account, error, request.holdAmount);
       },
     );
     return run;
@@ -173,12 +189,13 @@ export class Admission {
    * lately. Only a guess, and never the decision: a yes lets the upstream call start beside the
    * store's round trip (Gateway.admitAndRoute), and a wrong yes costs one upstream call that is cancelled and
    * served to no one. What the wallet holds is not known here (a hold reads nothing back); a refusal for want of
-   * funds turns the answer to no for DOUBT_MS, or until an admission of the account passes again.
+   * funds turns the answer to no for DOUBT_MS, or until a hold as large as the refused one is taken (#doubt).
    */
   expects(principal: Principal, request: AdmissionRequest): boolean {
     const account = principal.accountId;
     const nowMs = this.#options.clock.now();
-    if (nowMs < this.#storeDoubtedUntil || nowMs < (this.#doubted.get(account) ?? 0)) return false;
+    if (nowMs < this.#storeFailedAt + DOUBT_MS || nowMs < (this.#doubted.get(account)?.until ?? 0))
+      return false;
     const memory = this.#buckets.get(account);
     if (!memory) return false;
     const pending = this.#pending.get(account) ?? { calls: 0, tokens: 0 };
@@ -191,20 +208,27 @@ export class Admission {
     );
   }
 
-  /** Remembers that an admission did not pass, for `expects`. */
-  #doubt(accountId: string, error: unknown): void {
+  /**
+   * Remembers that an admission of the account did not pass, for `expects`. A refusal for want of funds is
+   * remembered with the hold refused: the free or cheap calls a client can still afford must not clear it, or the
+   * client could alternate them with calls it cannot pay for, each going upstream before its refusal. (The store's
+   * own failures are remembered where they happen, in #admit: not every 503 is one — "too contended" is about one
+   * account.)
+   */
+  #doubt(accountId: string, error: unknown, holdAmount: number): void {
     const until = this.#options.clock.now() + DOUBT_MS;
-    if (error instanceof ServiceUnavailableError) {
-      this.#storeDoubtedUntil = until;
-      return;
-    }
+    const previous = this.#doubted.get(accountId);
+    const shortOf =
+      error instanceof InsufficientBalanceError
+        ? Math.min(holdAmount, previous?.shortOf ?? Number.POSITIVE_INFINITY)
+        : (previous?.shortOf ?? null);
     this.#doubted.delete(accountId);
     // Bounded as the buckets are: past maxAccounts the oldest doubt goes (a forgotten one costs one upstream call).
     if (this.#doubted.size >= (this.#options.maxAccounts ?? 10_000)) {
       const oldest = this.#doubted.keys().next();
       if (!oldest.done) this.#doubted.delete(oldest.value);
     }
-    this.#doubted.set(accountId, until);
+    this.#doubted.set(accountId, { until, shortOf });
   }
 
   /**
@@ -288,6 +312,7 @@ export class Admission {
           limitsGen: profile.limitsGen,
         });
       } catch (error) {
+        this.#storeFailedAt = this.#options.clock.now();
         throw new ServiceUnavailableError(
           'The accounting store is unreachable; the request was not served.',
           error,
@@ -365,6 +390,7 @@ export class Admission {
       const { accounts } = this.#options;
       profile = await (reload ? accounts.reload(accountId) : accounts.get(accountId));
     } catch (error) {
+      this.#storeFailedAt = this.#options.clock.now();
       throw new ServiceUnavailableError(
         'The account store is unreachable; the request was not served.',
         error,

@@ -154,6 +154,16 @@ const CUT_DETAIL = "cut at the call's deadline";
 const CANCELLED_DETAIL = 'cancelled: the call was refused admission';
 
 /**
+ * A served attempt as it ended up: its answer thrown away because the call was refused admission after it
+ * (Gateway.admitAndRoute). Like one cancelled while under way, it is no verdict on its deployment.
+ */
+export const cancelledAttempt = (attempt: Attempt): Attempt => ({
+  ...attempt,
+  outcome: 'cancelled',
+  detail: CANCELLED_DETAIL,
+});
+
+/**
  * Whether an attempt was abandoned — at the call's deadline, or because the call was refused admission — rather
  * than failed: health must not count it against its deployment.
  */

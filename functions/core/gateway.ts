@@ -2,7 +2,14 @@ import type { Admission, AdmissionRequest } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
 import type { ApiError } from './errors.ts';
-import { abandoned, deadlineError, RouteCancelled, type Served, withFallback } from './fallback.ts';
+import {
+  abandoned,
+  cancelledAttempt,
+  deadlineError,
+  RouteCancelled,
+  type Served,
+  withFallback,
+} from './fallback.ts';
 import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Clock, Random, Warn } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
@@ -120,14 +127,33 @@ export class Gateway {
     });
     const [admitted, routed] = await Promise.allSettled([admitting, routing]);
     if (admitted.status === 'rejected') {
-      if (routed.status === 'fulfilled') discard(routed.value);
-      // Routed, perhaps, but served to no one.
-      call.deployment = null;
+      if (routed.status === 'fulfilled') {
+        discard(routed.value);
+        this.#unserve(call);
+      }
       throw admitted.reason;
     }
     call.admissionWaitMs = routedAt === null ? 0 : Math.max(0, clock.now() - routedAt);
     if (routed.status === 'rejected') throw routed.reason;
     return routed.value;
+  }
+
+  /**
+   * A call whose route answered but which was then refused admission: served to no one. Its answering attempt is
+   * recorded as cancelled, no verdict on the deployment — a stream's first event, from a stream closed unread, says
+   * nothing of how it would have ended — and a half-open probe it held is given back untried.
+   */
+  #unserve(call: CallRecorder): void {
+    const served = call.attempts.findLastIndex((a) => a.outcome === 'ok');
+    const attempt = call.attempts[served];
+    if (attempt) {
+      call.attempts[served] = cancelledAttempt(attempt);
+      const probe = this.#probes.get(call)?.get(attempt.deployment);
+      if (probe) this.#deps.health?.release(attempt.deployment, probe);
+    }
+    this.#probes.delete(call);
+    call.deployment = null;
+    call.upstreamMs = null;
   }
 
   /**

@@ -270,6 +270,90 @@ describe('admission beside routing', () => {
     expect(await second).toBe('answer');
   });
 
+  it('keeps a refused wallet doubted through the free or cheaper calls it can still afford', async () => {
+    const { gateway, resolved, call, serve, upstream, warm, answer, later } = setup();
+    await warm();
+    later(false);
+    const big = (c: CallRecorder) => ({ requestId: c.requestId, estimatedTokens: 100, holdAmount: 50_000 });
+    const refused = call();
+    const first = gateway.admitAndRoute(big(refused), resolved, refused, true, hanging([]));
+    await answer(SHORT);
+    await expect(first).rejects.toBeInstanceOf(InsufficientBalanceError);
+
+    // A cheaper call passes: it says nothing of the 50,000 the wallet could not hold.
+    const cheap = serve(PRINCIPAL, 'cheap', 'cheap upstream').served;
+    await answer({ ok: true });
+    expect(await cheap).toBe('cheap');
+    const paid = call();
+    const second = gateway.admitAndRoute(big(paid), resolved, paid, true, async () => {
+      upstream.push('big upstream');
+      return 'big';
+    });
+    expect(await stateOf(second)).toBe('pending');
+    expect(upstream).toEqual(['cheap upstream']); // the big call waits for the store
+    // It passes (a top-up came): a hold as large as the refused one is proof; the overlap is back.
+    await answer({ ok: true });
+    expect(await second).toBe('big');
+    const third = serve(PRINCIPAL, 'after', 'after upstream').served;
+    expect(await stateOf(third)).toBe('pending');
+    expect(upstream).toContain('after upstream');
+    await answer({ ok: true });
+    expect(await third).toBe('after');
+  });
+
+  it('records a call refused after its route answered as cancelled, and gives a half-open probe back untried', async () => {
+    const { gateway, health, call, request, warm, answer, later, clock } = setup();
+    const resolved = { model: chatModel(), deployments: [deployment({ id: 'a' })] };
+    await warm();
+    for (let i = 0; i < TEST_HEALTH_POLICY.overloadRun; i++) health.record('a', 'overloaded', 1);
+    clock.advance(TEST_HEALTH_POLICY.cooldownMs);
+    expect(health.state('a')).toBe('half-open');
+    later(false);
+    const c = call();
+    c.stream = true;
+    const served = gateway.admitAndRoute(request(c), resolved, c, false, async () => 'first event in hand');
+    expect(await stateOf(served)).toBe('pending');
+    await answer(SHORT);
+    await expect(served).rejects.toBeInstanceOf(InsufficientBalanceError);
+    expect(c.attempts).toMatchObject([{ deployment: 'a', outcome: 'cancelled' }]);
+    expect(c.upstreamMs).toBeNull();
+    gateway.observeEnd(c, 'insufficient_balance');
+    // Neither closed by a stream nobody read, nor reopened: the next call may probe it.
+    expect(health.state('a')).toBe('half-open');
+  });
+
+  it('keeps the store doubted until an admission asked after its failure passes, and not for one account’s contention', async () => {
+    const { gateway, resolved, call, request, serve, upstream, warm, answer, later, clock } = setup();
+    await warm();
+    await warm(OTHER);
+    later(false);
+    // Asked before the store fails, answered after: it says nothing of the store since.
+    const early = serve(OTHER, 'early', 'early upstream').served;
+    const failing = call();
+    const failed = gateway.admitAndRoute(request(failing), resolved, failing, true, hanging([]));
+    await answer({ ok: true });
+    await answer(new Error('connect ECONNREFUSED'));
+    expect(await early).toBe('early');
+    await expect(failed).rejects.toBeInstanceOf(ServiceUnavailableError);
+    clock.advance(1);
+    const next = serve(OTHER, 'next', 'next upstream').served;
+    expect(await stateOf(next)).toBe('pending');
+    expect(upstream).toEqual(['early upstream']);
+    await answer({ ok: true });
+    expect(await next).toBe('next');
+
+    // One account's transactions conflicting to the end is a 503 too, but about that account alone.
+    const contended = call();
+    const busy = gateway.admitAndRoute(request(contended), resolved, contended, true, hanging([]));
+    await answer({ ok: false, bucket: null, bucketGen: 0, wallet: null, conflict: true });
+    await expect(busy).rejects.toBeInstanceOf(ServiceUnavailableError);
+    const other = serve(OTHER, 'other', 'other upstream').served;
+    expect(await stateOf(other)).toBe('pending');
+    expect(upstream).toContain('other upstream');
+    await answer({ ok: true });
+    expect(await other).toBe('other');
+  });
+
   it('lets a burst of one account’s calls go upstream ahead of the store four at a time at most', async () => {
     const { serve, upstream, warm, answer, later } = setup();
     await warm();
