@@ -5,7 +5,7 @@ import {
   NO_CIRCUIT_BREAKING,
   startTestStack,
   type TestStack,
-  takeSettlements,
+  takeSettlementsOf,
 } from '#test/stack.ts';
 
 /**
@@ -63,7 +63,6 @@ describe('admission beside the upstream call', () => {
     const warm = await chat(key, { max_tokens: 1_000 });
     expect(warm.status).toBe(200);
     await warm.json();
-    await takeSettlements(t.stack, 1);
     t.simulator.clearCalls();
     const before = await t.stack.container.accounting.report(id);
 
@@ -76,9 +75,8 @@ describe('admission beside the upstream call', () => {
 
     // The upstream call had begun: the instance expected the call to pass.
     expect(t.simulator.calls().map((c) => c.model)).toHaveLength(1);
-    const [record] = await takeSettlements(t.stack, 1);
+    const [record] = await takeSettlementsOf(t.stack, [requestId]);
     expect(record).toMatchObject({
-      requestId,
       outcome: 'insufficient_balance',
       status: 402,
       cost: 0,
@@ -114,7 +112,7 @@ describe('admission beside the upstream call', () => {
     expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('insufficient_balance');
     // The refused stream had gone upstream beside its admission.
     expect(t.simulator.calls().filter((c) => c.stream)).toHaveLength(2);
-    const records = await takeSettlements(t.stack, 2);
-    expect(records.find((r) => r.status === 402)).toMatchObject({ outcome: 'insufficient_balance', cost: 0 });
+    const [record] = await takeSettlementsOf(t.stack, [refused.headers.get('x-request-id')]);
+    expect(record).toMatchObject({ outcome: 'insufficient_balance', status: 402, cost: 0 });
   });
 });

@@ -150,6 +150,32 @@ export const drainSettlements = async (stack: LocalStack): Promise<void> => {
 };
 
 /**
+ * Reads a stack's settlement queue until the records of the given calls have arrived (or the timeout passes) and
+ * returns them in the order asked, undefined for one that never came. Records of other calls read meanwhile are
+ * deleted too: a call an earlier test made may send its record after that test's drain (records leave once the
+ * response has ended), and a count-based read would take it for this test's.
+ */
+export const takeSettlementsOf = async (
+  stack: LocalStack,
+  requestIds: readonly (string | null)[],
+  timeoutMs = 5_000,
+): Promise<(SettlementRecord | undefined)[]> => {
+  const sqs = new SQSClient(localClientConfig(stack.emulators.sqs));
+  const found = new Map<string, SettlementRecord>();
+  const deadline = Date.now() + timeoutMs;
+  try {
+    while (requestIds.some((id) => id === null || !found.has(id)) && Date.now() < deadline) {
+      const received = await receiveSettlements(sqs, stack);
+      if (received.length === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+      for (const record of received) found.set(record.requestId, record);
+    }
+  } finally {
+    sqs.destroy();
+  }
+  return requestIds.map((id) => (id === null ? undefined : found.get(id)));
+};
+
+/**
  * Reads settlement records from a stack's queue until `count` have arrived (or the timeout passes), deleting
  * them so the next read starts fresh.
  */
