@@ -330,9 +330,10 @@ interface ScenarioResult {
 
 /**
  * Names for the stack's thread groups, in the order bin/local/stack.ts starts its worker threads: the SQS/S3
- * emulators, the upstream simulator, then the settlement sender.
+ * emulators, the upstream simulator, the settlement sender, then — in a stack with CONSUMERS on — the settlement
+ * consumer with the hold sweeper.
  */
-const WORKER_NAMES = ['emulators', 'simulator', 'settlement'];
+const WORKER_NAMES = ['emulators', 'simulator', 'settlement', 'consumer'];
 
 const threadGroups = (cpu: ThreadCpu): Record<string, number> => {
   const groups: Record<string, number> = { gateway: cpu.main };
