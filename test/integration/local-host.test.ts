@@ -94,7 +94,9 @@ describe('DATA_DIR', () => {
     } finally {
       await second.stop();
     }
-  });
+    // Two stacks started one after the other, each with its own DynamoDB Local JVM (5-10 s apiece while the rest
+    // of the suite runs beside it): the default 30 s is too close.
+  }, 90_000);
 });
 
 describe('DATA_DIR kept while the way of starting changes', () => {
@@ -149,7 +151,9 @@ describe('DATA_DIR kept while the way of starting changes', () => {
     } finally {
       await third.stop();
     }
-  });
+    // Three stacks one after the other, each with its own JVM: 26.6 s of the default 30 s in a passing full run,
+    // over it in the next.
+  }, 120_000);
 });
 
 describe('the local Function URL', () => {
