@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { MAX_JSON_DEPTH } from '#http/lambda.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
-import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
+import { drainSettlements, startTestStack, type TestStack, takeSettlementsOf } from '#test/stack.ts';
 
 /**
  * Requests built to hurt: each must be refused as the caller's own error — a bounded 400 or 404, recorded as a
@@ -45,7 +45,7 @@ describe('hostile request bodies', () => {
     const res = await t.post('/chat/completions', chatWith(part(5_000)));
     expect(res.status).toBe(400);
     expect((await errorOf(res)).message).toContain(`more than ${MAX_JSON_DEPTH} levels deep`);
-    const [record] = await takeSettlements(t.stack, 1);
+    const [record] = await takeSettlementsOf(t.stack, [res.headers.get('x-request-id')]);
     expect(record).toMatchObject({ outcome: 'client_error', status: 400 });
   });
 
@@ -62,7 +62,7 @@ describe('hostile request bodies', () => {
     expect(error.code).toBe('unsupported_parameter');
     expect(error.message).toContain('and 149990 more');
     expect(error.message.length).toBeLessThan(1_000);
-    const [record] = await takeSettlements(t.stack, 1);
+    const [record] = await takeSettlementsOf(t.stack, [res.headers.get('x-request-id')]);
     expect(record).toMatchObject({ outcome: 'client_error', status: 400 });
     expect(record?.fault?.detail.length).toBeLessThanOrEqual(1_001);
   });
@@ -72,7 +72,7 @@ describe('hostile request bodies', () => {
     const res = await t.post('/chat/completions', { model, messages: [{ role: 'user', content: 'hi' }] });
     expect(res.status).toBe(404);
     expect((await errorOf(res)).message.length).toBeLessThan(400);
-    const [record] = await takeSettlements(t.stack, 1);
+    const [record] = await takeSettlementsOf(t.stack, [res.headers.get('x-request-id')]);
     expect(record).toMatchObject({ status: 404 });
   });
 });
