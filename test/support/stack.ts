@@ -164,7 +164,8 @@ export const takeSettlementsOf = async (
   const found = new Map<string, SettlementRecord>();
   const deadline = Date.now() + timeoutMs;
   try {
-    while (requestIds.some((id) => id === null || !found.has(id)) && Date.now() < deadline) {
+    // A null id (a response without x-request-id) is not waited for: undefined fails the caller's assertion at once.
+    while (requestIds.some((id) => id !== null && !found.has(id)) && Date.now() < deadline) {
       const received = await receiveSettlements(sqs, stack);
       if (received.length === 0) await new Promise((resolve) => setTimeout(resolve, 50));
       for (const record of received) found.set(record.requestId, record);
