@@ -740,6 +740,7 @@ const meteringCost = (results: readonly ScenarioResult[], idleRoundTrip: Distrib
   const admit = metered?.admit;
   if (!on || !off || !admit) return null;
   const added = { p50: on.p50 - off.p50, p99: on.p99 - off.p99 };
+  const overlappedShare = metered.requests > 0 ? metered.overlapped / metered.requests : null;
   const label = 'metering (c=1): adds ≤ its one store round trip';
   const limit = admit.p50 + METERING_TOLERANCE_MS;
   const check: CheckResult = {
@@ -760,7 +761,7 @@ const meteringCost = (results: readonly ScenarioResult[], idleRoundTrip: Distrib
       addedP99: added.p99,
       admissionRoundTripP50: admit.p50,
       admissionRoundTripP99: admit.p99,
-      overlappedShare: metered.requests > 0 ? metered.overlapped / metered.requests : null,
+      overlappedShare,
       admissionWaitP50: metered.admitWait?.p50 ?? null,
       idleStoreRoundTripP50: idleRoundTrip?.p50 ?? null,
     },
@@ -768,7 +769,7 @@ const meteringCost = (results: readonly ScenarioResult[], idleRoundTrip: Distrib
       `\nMetering at c=1: p50 ${ms(on.p50)} on vs ${ms(off.p50)} off → ${signed(added.p50)} ms (p99 ${signed(added.p99)} ms).` +
       `\n  Its one store round trip, as the gateway timed it (Server-Timing admit): p50 ${ms(admit.p50)}, p99 ${ms(admit.p99)}` +
       ` → metering's cost beyond that round trip: ${signed(added.p50 - admit.p50)} ms at p50.` +
-      `\n  The upstream call ran beside admission in ${pct(metered.requests > 0 ? metered.overlapped / metered.requests : 0)} of calls` +
+      `\n  The upstream call ran beside admission in ${pct(overlappedShare ?? 0)} of calls` +
       ` (ADR 0011); their answers waited for the hold p50 ${ms(metered.admitWait?.p50)} ms.` +
       `\n  The same-sized transaction on an idle DynamoDB Local: p50 ${ms(idleRoundTrip?.p50)}; under load it also waits` +
       ` for the settlement transactions DynamoDB Local runs one at a time.`,

@@ -8,7 +8,8 @@ import type { Logger } from './logger.ts';
  * - `logger`: the SDK's default (a no-op logger) still has `info`, and the SDK's logger middleware builds a redacted
  *   copy of every command's input and output for it — a walk of both through the schema on every call, the
  *   admission transaction included. Without `info` and `error` (the SDK only ever calls them as
- *   `logger?.info?.(…)`), that work is skipped. The SDK's warnings still reach our log.
+ *   `logger?.info?.(…)`), that work is skipped. The SDK's warnings still reach `log` when one is given (the local
+ *   settlement sender has none: its failures come back to the host as refused records).
  * - `cacheMiddleware`: the middleware stack is resolved once per command class rather than on every `send` (sorting
  *   and wiring the same dozen middlewares each time); nothing here adds middleware per call.
  *

@@ -24,6 +24,7 @@ import {
 } from './limits.ts';
 import type { Clock, Random, Sleep } from './ports.ts';
 import { nanoToUsd } from './pricing.ts';
+import { setMostRecent } from './recency.ts';
 import type { RefreshingCache } from './refreshing-cache.ts';
 
 /** What one call asks of its account before it may go upstream. */
@@ -115,8 +116,12 @@ export class Admission {
   /** Per account, the admissions asked of this instance and not yet answered, and the tokens they charge. */
   readonly #pending = new Map<string, { calls: number; tokens: number }>();
 
+  /** How many accounts' buckets, and doubts, this instance keeps at most (AdmissionOptions.maxAccounts). */
+  readonly #maxAccounts: number;
+
   constructor(options: AdmissionOptions) {
     this.#options = options;
+    this.#maxAccounts = options.maxAccounts ?? 10_000;
   }
 
   /**
@@ -125,13 +130,7 @@ export class Admission {
    * next admission here starts from the store's answer, one retry at most).
    */
   #remember(accountId: string, remembered: Remembered): void {
-    this.#buckets.delete(accountId);
-    if (this.#buckets.size >= (this.#options.maxAccounts ?? 10_000)) {
-      // Maps iterate in insertion order, and each use re-inserts: the first key is the least recently used.
-      const oldest = this.#buckets.keys().next();
-      if (!oldest.done) this.#buckets.delete(oldest.value);
-    }
-    this.#buckets.set(accountId, remembered);
+    setMostRecent(this.#buckets, accountId, remembered, this.#maxAccounts);
   }
 
   /**
@@ -147,23 +146,20 @@ export class Admission {
     pending.calls++;
     pending.tokens += request.estimatedTokens;
     this.#pending.set(account, pending);
-    const answered = () => {
-      pending.calls--;
-      pending.tokens -= request.estimatedTokens;
-      if (pending.calls === 0) this.#pending.delete(account);
-    };
     const previous = this.#inFlight.get(account);
     const run = (previous ? previous.catch(() => {}) : Promise.resolve()).then(() =>
       this.#admit(principal, request),
     );
     this.#inFlight.set(account, run);
-    const cleanup = () => {
+    const answered = () => {
+      pending.calls--;
+      pending.tokens -= request.estimatedTokens;
+      if (pending.calls === 0) this.#pending.delete(account);
       if (this.#inFlight.get(account) === run) this.#inFlight.delete(account);
     };
     run.then(
       () => {
         answered();
-        cleanup();
         // Admitted after all: a doubt this admission answers has served its purpose — a refused wallet's only when
         // the hold was as large as the one it could not cover, the store's only when this call was asked of it
         // after the failure (one that was under way before says nothing of the store since).
@@ -174,7 +170,6 @@ export class Admission {
       },
       (error: unknown) => {
         answered();
-        cleanup();
         this.#doubt(account, error, request.holdAmount);
       },
     );
@@ -222,13 +217,8 @@ export class Admission {
       error instanceof InsufficientBalanceError
         ? Math.min(holdAmount, previous?.shortOf ?? Number.POSITIVE_INFINITY)
         : (previous?.shortOf ?? null);
-    this.#doubted.delete(accountId);
     // Bounded as the buckets are: past maxAccounts the oldest doubt goes (a forgotten one costs one upstream call).
-    if (this.#doubted.size >= (this.#options.maxAccounts ?? 10_000)) {
-      const oldest = this.#doubted.keys().next();
-      if (!oldest.done) this.#doubted.delete(oldest.value);
-    }
-    this.#doubted.set(accountId, { until, shortOf });
+    setMostRecent(this.#doubted, accountId, { until, shortOf }, this.#maxAccounts);
   }
 
   /**

@@ -88,7 +88,7 @@ export class Gateway {
    * Admission (limits and the wallet hold) in one store round trip; its headers ride on every response.
    * Refusals throw: 429 with Retry-After, 402 with the balance, 503 when the store cannot be reached.
    */
-  async admit(request: AdmissionRequest, call: CallRecorder): Promise<void> {
+  async #admit(request: AdmissionRequest, call: CallRecorder): Promise<void> {
     const { admission } = this.#deps;
     if (!admission || !call.principal) return;
     const started = this.#deps.clock.now();
@@ -115,13 +115,14 @@ export class Gateway {
   ): Promise<T> {
     const { admission, clock } = this.#deps;
     if (!admission || !call.principal || !admission.expects(call.principal, request)) {
-      await this.admit(request, call);
+      await this.#admit(request, call);
       return this.route(resolved, call, cycleKeys, attempt);
     }
     const cancel = new AbortController();
-    const admitting = this.admit(request, call);
+    const admitting = this.#admit(request, call);
     admitting.catch((refusal: unknown) => cancel.abort(new RouteCancelled(refusal)));
-    let routedAt: number | null = null;
+    // Set when the route settles, which allSettled below waits for.
+    let routedAt = 0;
     const routing = this.route(resolved, call, cycleKeys, attempt, cancel.signal).finally(() => {
       routedAt = clock.now();
     });
@@ -133,7 +134,7 @@ export class Gateway {
       }
       throw admitted.reason;
     }
-    call.admissionWaitMs = routedAt === null ? 0 : Math.max(0, clock.now() - routedAt);
+    call.admissionWaitMs = Math.max(0, clock.now() - routedAt);
     if (routed.status === 'rejected') throw routed.reason;
     return routed.value;
   }

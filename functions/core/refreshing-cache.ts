@@ -1,4 +1,5 @@
 import type { Clock } from './ports.ts';
+import { setMostRecent } from './recency.ts';
 
 export interface RefreshingCacheOptions<V> {
   readonly load: (key: string) => Promise<V>;
@@ -63,12 +64,7 @@ export class RefreshingCache<V> {
   }
 
   #remember(key: string, value: V): void {
-    this.#entries.delete(key);
-    if (this.#entries.size >= this.#maxEntries) {
-      // Maps iterate in insertion order: dropping the first entry evicts the least recently loaded.
-      const oldest = this.#entries.keys().next();
-      if (!oldest.done) this.#entries.delete(oldest.value);
-    }
-    this.#entries.set(key, { value, loadedAt: this.#options.clock.now() });
+    // Past maxEntries the least recently loaded entry goes.
+    setMostRecent(this.#entries, key, { value, loadedAt: this.#options.clock.now() }, this.#maxEntries);
   }
 }

@@ -1,4 +1,7 @@
+import type { AccountProfile } from '#core/accounting.ts';
 import type { HealthPolicy } from '#core/health.ts';
+import type { Clock } from '#core/ports.ts';
+import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { Deployment, Model } from '#core/registry.ts';
 
 /** A chat model for unit tests; override any field. */
@@ -37,6 +40,14 @@ export const manualClock = (start = 1_000_000) => {
   let now = start;
   return { now: () => now, advance: (ms: number) => (now += ms) };
 };
+
+/** Admission's account profiles where every account exists and is trusted, at the trusted tier's limits. */
+export const trustedAccounts = (clock: Clock, ttlMs = 60_000) =>
+  new RefreshingCache<AccountProfile | null>({
+    load: async (id) => ({ id, tier: 'trusted', quota: null, limitsGen: 0 }),
+    clock,
+    ttlMs,
+  });
 
 /** Deployment health with small round numbers: 4 calls, 3 overloads, 10 s cool-down doubling to 40 s. */
 export const TEST_HEALTH_POLICY: HealthPolicy = {

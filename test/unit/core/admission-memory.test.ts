@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { AccountingStore, AccountProfile, AdmitPlan } from '#core/accounting.ts';
+import type { AccountingStore, AdmitPlan } from '#core/accounting.ts';
 import { Admission } from '#core/admission.ts';
-import { RefreshingCache } from '#core/refreshing-cache.ts';
+import { trustedAccounts } from '#test/fixtures.ts';
 
 /**
  * What admission remembers of each account's buckets is a guess that saves a round trip: a long-lived instance
@@ -22,11 +22,7 @@ const setup = (maxAccounts: number) => {
   const clock = { now: () => now };
   const admission = new Admission({
     store,
-    accounts: new RefreshingCache<AccountProfile | null>({
-      load: async (id) => ({ id, tier: 'trusted', quota: null, limitsGen: 0 }),
-      clock,
-      ttlMs: 60_000,
-    }),
+    accounts: trustedAccounts(clock),
     clock,
     random: () => 0.5,
     sleep: async () => {},

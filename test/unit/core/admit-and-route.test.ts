@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { AccountingStore, AccountProfile, AdmitResult } from '#core/accounting.ts';
+import type { AccountingStore, AdmitResult } from '#core/accounting.ts';
 import { Admission, type AdmissionRequest } from '#core/admission.ts';
 import type { Authenticator } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
@@ -7,9 +7,8 @@ import { InsufficientBalanceError, ServiceUnavailableError, UpstreamFaultError }
 import { UpstreamFailure } from '#core/fallback.ts';
 import { Gateway } from '#core/gateway.ts';
 import { HealthBoard } from '#core/health.ts';
-import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { Catalog } from '#core/registry.ts';
-import { chatModel, deployment, manualClock, TEST_HEALTH_POLICY } from '#test/fixtures.ts';
+import { chatModel, deployment, manualClock, TEST_HEALTH_POLICY, trustedAccounts } from '#test/fixtures.ts';
 
 /**
  * Admission beside routing (ADR 0011): when the instance expects a call to be admitted, its upstream call starts
@@ -54,11 +53,7 @@ const setup = () => {
   };
   const admission = new Admission({
     store,
-    accounts: new RefreshingCache<AccountProfile | null>({
-      load: async (id) => ({ id, tier: 'trusted', quota: null, limitsGen: 0 }),
-      clock,
-      ttlMs: 3_600_000,
-    }),
+    accounts: trustedAccounts(clock, 3_600_000),
     clock,
     random: () => 0.5,
     sleep: async () => {},
@@ -110,10 +105,36 @@ const setup = () => {
     if (!next) throw new Error('the store was not asked');
     next(result);
   };
+  /**
+   * A call whose upstream never answers by itself (the refusal cancels it), asked of the store and answered
+   * `result`: what the call then threw ('admitted' if nothing).
+   */
+  const refusedBy = async (result: AdmitResult | Error, c = call(), req = request(c)): Promise<unknown> => {
+    const outcome = gateway.admitAndRoute(req, resolved, c, true, hanging([])).then(
+      () => 'admitted',
+      (error: unknown) => error,
+    );
+    await answer(result);
+    return outcome;
+  };
   const later = (ready: boolean) => {
     instant = ready;
   };
-  return { clock, gateway, admission, health, resolved, call, request, serve, upstream, warm, answer, later };
+  return {
+    clock,
+    gateway,
+    admission,
+    health,
+    resolved,
+    call,
+    request,
+    serve,
+    upstream,
+    warm,
+    answer,
+    later,
+    refusedBy,
+  };
 };
 
 /** Settles a promise's state without waiting for it: 'pending', or how it ended. */
@@ -223,14 +244,11 @@ describe('admission beside routing', () => {
   });
 
   it('after a refusal, waits for the store on that account’s calls — until one is admitted again', async () => {
-    const { gateway, resolved, call, request, serve, upstream, warm, answer, later } = setup();
+    const { serve, upstream, warm, answer, later, refusedBy } = setup();
     await warm();
     await warm(OTHER);
     later(false);
-    const refused = call();
-    const first = gateway.admitAndRoute(request(refused), resolved, refused, true, hanging([]));
-    await answer(SHORT);
-    await expect(first).rejects.toBeInstanceOf(InsufficientBalanceError);
+    expect(await refusedBy(SHORT)).toBeInstanceOf(InsufficientBalanceError);
 
     // The refused account: one after the other (a client retrying its 402 starts no upstream call).
     const second = serve().served;
@@ -254,14 +272,11 @@ describe('admission beside routing', () => {
   });
 
   it('after the store failed, waits for it on every account’s calls: an outage spends nothing upstream', async () => {
-    const { gateway, resolved, call, request, serve, upstream, warm, answer, later } = setup();
+    const { serve, upstream, warm, answer, later, refusedBy } = setup();
     await warm();
     await warm(OTHER);
     later(false);
-    const failing = call();
-    const first = gateway.admitAndRoute(request(failing), resolved, failing, true, hanging([]));
-    await answer(new Error('connect ECONNREFUSED'));
-    await expect(first).rejects.toBeInstanceOf(ServiceUnavailableError);
+    expect(await refusedBy(new Error('connect ECONNREFUSED'))).toBeInstanceOf(ServiceUnavailableError);
 
     const second = serve(OTHER).served;
     expect(await stateOf(second)).toBe('pending');
@@ -271,14 +286,12 @@ describe('admission beside routing', () => {
   });
 
   it('keeps a refused wallet doubted through the free or cheaper calls it can still afford', async () => {
-    const { gateway, resolved, call, serve, upstream, warm, answer, later } = setup();
+    const { gateway, resolved, call, serve, upstream, warm, answer, later, refusedBy } = setup();
     await warm();
     later(false);
     const big = (c: CallRecorder) => ({ requestId: c.requestId, estimatedTokens: 100, holdAmount: 50_000 });
     const refused = call();
-    const first = gateway.admitAndRoute(big(refused), resolved, refused, true, hanging([]));
-    await answer(SHORT);
-    await expect(first).rejects.toBeInstanceOf(InsufficientBalanceError);
+    expect(await refusedBy(SHORT, refused, big(refused))).toBeInstanceOf(InsufficientBalanceError);
 
     // A cheaper call passes: it says nothing of the 50,000 the wallet could not hold.
     const cheap = serve(PRINCIPAL, 'cheap', 'cheap upstream').served;
@@ -323,7 +336,8 @@ describe('admission beside routing', () => {
   });
 
   it('keeps the store doubted until an admission asked after its failure passes, and not for one account’s contention', async () => {
-    const { gateway, resolved, call, request, serve, upstream, warm, answer, later, clock } = setup();
+    const { gateway, resolved, call, request, serve, upstream, warm, answer, later, clock, refusedBy } =
+      setup();
     await warm();
     await warm(OTHER);
     later(false);
@@ -343,10 +357,8 @@ describe('admission beside routing', () => {
     expect(await next).toBe('next');
 
     // One account's transactions conflicting to the end is a 503 too, but about that account alone.
-    const contended = call();
-    const busy = gateway.admitAndRoute(request(contended), resolved, contended, true, hanging([]));
-    await answer({ ok: false, bucket: null, bucketGen: 0, wallet: null, conflict: true });
-    await expect(busy).rejects.toBeInstanceOf(ServiceUnavailableError);
+    const conflicted: AdmitResult = { ok: false, bucket: null, bucketGen: 0, wallet: null, conflict: true };
+    expect(await refusedBy(conflicted)).toBeInstanceOf(ServiceUnavailableError);
     const other = serve(OTHER, 'other', 'other upstream').served;
     expect(await stateOf(other)).toBe('pending');
     expect(upstream).toContain('other upstream');
@@ -380,13 +392,10 @@ describe('Admission.expects', () => {
   });
 
   it('forgets its doubt after a minute', async () => {
-    const { admission, gateway, resolved, call, request, warm, answer, later, clock } = setup();
+    const { admission, warm, later, clock, refusedBy } = setup();
     await warm();
     later(false);
-    const c = call();
-    const refused = gateway.admitAndRoute(request(c), resolved, c, true, hanging([]));
-    await answer(SHORT);
-    await expect(refused).rejects.toBeInstanceOf(InsufficientBalanceError);
+    expect(await refusedBy(SHORT)).toBeInstanceOf(InsufficientBalanceError);
     const ask = () => admission.expects(PRINCIPAL, { requestId: 'req_x', estimatedTokens: 1, holdAmount: 1 });
     expect(ask()).toBe(false);
     clock.advance(59_999);
