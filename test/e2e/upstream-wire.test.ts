@@ -48,7 +48,24 @@ const MODES: Readonly<Record<string, (chunk: object) => string>> = {
     `data: ${JSON.stringify(chunk).replace(`"model":"${HIDDEN}"`, `"model":"${HIDDEN}-2024-08-06"`)}\n\n`,
   // A space before each colon too.
   'space-before-colon': (chunk) => `data: ${JSON.stringify(chunk).replaceAll('":', '" :')}\n\n`,
+  // The role and the first text in one chunk: no opening chunk of its own.
+  'text-first': (chunk) => {
+    const delta = deltaOf(chunk);
+    if (delta?.content === 'Hello') return '';
+    if (delta?.role)
+      return `data: ${JSON.stringify(withDelta(chunk, { role: 'assistant', content: 'Hello' }))}\n\n`;
+    return `data: ${JSON.stringify(chunk)}\n\n`;
+  },
+  // No role at all: the text from the first chunk on.
+  'no-role': (chunk) => (deltaOf(chunk)?.role ? '' : `data: ${JSON.stringify(chunk)}\n\n`),
 };
+
+type Choice = { delta: Record<string, unknown> };
+const deltaOf = (chunk: object) => (chunk as { choices: Choice[] }).choices[0]?.delta;
+const withDelta = (chunk: object, delta: object) => ({
+  ...chunk,
+  choices: (chunk as { choices: Choice[] }).choices.map((c) => ({ ...c, delta })),
+});
 
 const line = (chunk: object) => `data: ${JSON.stringify(chunk)}\n\n`;
 
@@ -236,8 +253,8 @@ const expectInterrupted = async (mode: string): Promise<string> => {
 };
 
 describe('an upstream stream written differently', () => {
-  it.each(['spaced', 'multiline', 'no-done', 'dated', 'space-before-colon'])(
-    '(%s) reaches the client as OpenAI writes it: one-line events, our model name, [DONE], billed',
+  it.each(['spaced', 'multiline', 'no-done', 'dated', 'space-before-colon', 'text-first', 'no-role'])(
+    '(%s) reaches the client as OpenAI writes it: the opening chunk, one-line events, our model name, [DONE], billed',
     async (mode) => {
       const { text } = await stream(mode);
       // Every event one `data:` line, each a chunk OpenAI's schema accepts, and nothing names the upstream's model.
@@ -250,6 +267,12 @@ describe('an upstream stream written differently', () => {
         expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
       }
       for (const line of text.split('\n')) expect(line === '' || line.startsWith('data: ')).toBe(true);
+      // Spec §4 rule 3: the first chunk carries the role, with empty content.
+      expect(parsed[0]).toMatchObject({ id: 'chatcmpl-wire', created: 1 });
+      expect(parsed[0]?.choices).toMatchObject([
+        { index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null },
+      ]);
+      expect(parsed.filter((c) => JSON.stringify(c).includes('"content":""'))).toHaveLength(1);
       const content = parsed
         .flatMap((c) => (c.choices as { delta: { content?: string } }[]).map((ch) => ch.delta.content ?? ''))
         .join('');

@@ -111,6 +111,8 @@ class RelayedStream implements ChatStream {
   #usageOnlySeen = false;
   #finishes = 0;
   readonly #choices: number;
+  /** Whether a chunk has been relayed yet (the first may need an opening chunk before it). */
+  #started = false;
 
   constructor(first: string, upstream: UpstreamEvents, call: UpstreamCall) {
     this.#first = first;
@@ -125,7 +127,7 @@ class RelayedStream implements ChatStream {
   async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent, void, undefined> {
     try {
       const head = this.#event(this.#first, true);
-      if (head) yield head;
+      if (head) yield* this.#opened(head);
       for (;;) {
         const data = await this.#upstream.next('upstream stream ended without [DONE]', this.#complete());
         if (data === null) return this.#upstream.finish();
@@ -139,7 +141,7 @@ class RelayedStream implements ChatStream {
         if (isErrorEvent(data))
           throw new UpstreamFailure('server_error', 'upstream sent an error mid-stream');
         const event = this.#event(data);
-        if (event) yield event;
+        if (event) yield* this.#opened(event);
       }
     } finally {
       this.close();
@@ -148,6 +150,16 @@ class RelayedStream implements ChatStream {
 
   close(): void {
     this.#upstream.close();
+  }
+
+  /** `event`, preceded — on the stream's first chunk only — by the opening chunk it does not make itself. */
+  *#opened(event: ChatStreamEvent): Generator<ChatStreamEvent> {
+    if (!this.#started) {
+      this.#started = true;
+      const opening = openingChunk(event.data, this.#choices);
+      if (opening !== null) yield { data: opening, usage: null, usageOnly: false, contentChunks: 0 };
+    }
+    yield event;
   }
 
   /** Whether the reply is whole without `[DONE]`: its usage-only chunk arrived, or every choice finished. */
@@ -192,6 +204,54 @@ class RelayedStream implements ChatStream {
     return { data, usage: null, usageOnly: false, contentChunks: producesTokens(data) ? 1 : 0 };
   }
 }
+
+/**
+ * The chunk a stream must open with when its upstream's first one is not that chunk, else null. Spec §4 rule 3: the
+ * first chunk's delta carries the role and no content. OpenAI and most upstreams open so; some put the role and the
+ * first text in one chunk, or never send a role, and a client that builds the reply from the first chunk's role
+ * (or checks the first chunk) would then see none. OpenAI's own opening of a tool-call reply — role, `content:
+ * null` and the call's name — has no text either, and stays as it is. The chunk made here is OpenAI's opening:
+ * the first chunk's id, creation time and model, the role and empty content for each of its choices (each of the
+ * `choices` the call asked for, when it has none).
+ */
+export const openingChunk = (data: string, choices: number): string | null => {
+  // OpenAI's own opening, without a parse (the first `"delta":` is the only one).
+  const at = data.indexOf(OPENING_DELTA);
+  if (at !== -1 && data.indexOf('"delta":', at + 1) === -1) return null;
+  const chunk = JSON.parse(data) as Record<string, unknown>;
+  const list = Array.isArray(chunk.choices) ? (chunk.choices as unknown[]) : [];
+  if (list.length > 0 && list.every(opensChoice)) return null;
+  const indices =
+    list.length > 0
+      ? [...new Set(list.map((c) => (c as { index?: unknown } | null)?.index))].filter(
+          (i): i is number => typeof i === 'number',
+        )
+      : Array.from({ length: choices }, (_, i) => i);
+  return JSON.stringify({
+    id: chunk.id,
+    object: 'chat.completion.chunk',
+    created: chunk.created,
+    model: chunk.model,
+    ...(typeof chunk.system_fingerprint === 'string' ? { system_fingerprint: chunk.system_fingerprint } : {}),
+    choices: (indices.length > 0 ? indices : [0]).map((index) => ({
+      index,
+      delta: { role: 'assistant', content: '' },
+      logprobs: null,
+      finish_reason: null,
+    })),
+  });
+};
+
+const OPENING_DELTA = '"delta":{"role":"assistant","content":""';
+
+/** Whether a choice of a first chunk opens it: a role, and no text (a tool call's name may come with it). */
+const opensChoice = (choice: unknown): boolean => {
+  const delta = (choice as { delta?: unknown } | null)?.delta as Record<string, unknown> | null | undefined;
+  if (typeof delta !== 'object' || delta === null || typeof delta.role !== 'string') return false;
+  return ['content', 'refusal', 'reasoning_content', 'reasoning'].every(
+    (field) => delta[field] === undefined || delta[field] === null || delta[field] === '',
+  );
+};
 
 /** A chunk's `model` field, whatever its value (the first is the chunk's own: OpenAI writes it first). */
 const MODEL_FIELD = /"model":"(?:[^"\\]|\\.)*"/;

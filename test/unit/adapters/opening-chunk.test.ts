@@ -1,0 +1,60 @@
+import { describe, expect, it } from 'vitest';
+import { openingChunk } from '#adapters/upstream/openai-compatible.ts';
+import { schemaErrors } from '#test/openapi-schemas.ts';
+
+/** Spec §4 rule 3: a stream opens with a chunk whose delta carries the role and no content. */
+
+const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'famA-v4.1-flash' };
+const chunk = (choices: object[], extra: object = {}) => JSON.stringify({ ...base, ...extra, choices });
+const choice = (delta: object, index = 0) => ({ index, delta, logprobs: null, finish_reason: null });
+
+const opening = (data: string, n = 1) => {
+  const made = openingChunk(data, n);
+  return made === null ? null : (JSON.parse(made) as Record<string, unknown>);
+};
+const indicesOf = (made: Record<string, unknown> | null) =>
+  (made?.choices as { index: number }[] | undefined)?.map((c) => c.index);
+
+describe('the opening chunk of a relayed stream', () => {
+  it("is not added before OpenAI's own opening (with or without its refusal field)", () => {
+    expect(opening(chunk([choice({ role: 'assistant', content: '' })]))).toBeNull();
+    expect(opening(chunk([choice({ role: 'assistant', content: '', refusal: null })]))).toBeNull();
+  });
+
+  it("is not added before OpenAI's opening of a tool call: a role, content null, the call's name", () => {
+    const toolCall = { index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } };
+    const data = chunk([choice({ role: 'assistant', content: null, tool_calls: [toolCall] })]);
+    expect(opening(data)).toBeNull();
+  });
+
+  it('is added before a first chunk that carries the role and the first text together', () => {
+    const made = opening(
+      chunk([choice({ role: 'assistant', content: 'Hello' })], { system_fingerprint: 'fp_1' }),
+    );
+    expect(made).toEqual({
+      ...base,
+      system_fingerprint: 'fp_1',
+      choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+    });
+    expect(schemaErrors('CreateChatCompletionStreamResponse', made)).toBe('');
+  });
+
+  it('is added before a first chunk without a role, and before one whose role comes with reasoning text', () => {
+    expect(opening(chunk([choice({ content: 'Hello' })]))).not.toBeNull();
+    expect(opening(chunk([choice({ role: 'assistant', reasoning_content: 'Hm' })]))).not.toBeNull();
+  });
+
+  it('opens each choice the first chunk carries, or each the call asked for when it carries none', () => {
+    const two = opening(
+      chunk([choice({ role: 'assistant', content: 'A' }, 0), choice({ content: 'B' }, 1)]),
+      2,
+    );
+    expect(indicesOf(two)).toEqual([0, 1]);
+    const usageFirst = opening(
+      chunk([], { usage: { prompt_tokens: 1, completion_tokens: 0, total_tokens: 1 } }),
+      3,
+    );
+    expect(indicesOf(usageFirst)).toEqual([0, 1, 2]);
+    expect(usageFirst).not.toHaveProperty('usage');
+  });
+});
