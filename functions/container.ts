@@ -1,7 +1,7 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import { musicMetadataProbe } from '#adapters/audio-probe.ts';
-import { hotPathClientConfig } from '#adapters/aws-clients.ts';
+import { boundedRequests, hotPathClientConfig } from '#adapters/aws-clients.ts';
 import { DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoKeyStore, hashKey } from '#adapters/dynamo-key-store.ts';
@@ -92,11 +92,18 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
   const dynamo = new DynamoDBClient({
     maxAttempts: 3,
     ...hotPathClientConfig(log),
+    ...boundedRequests(),
     ...options.aws?.dynamodb,
   });
   options.onDynamoClient?.(dynamo);
   // TLS (or loopback) already protects the body; the SDK's extra MD5 check is pure CPU on the hot path.
-  const sqs = new SQSClient({ maxAttempts: 5, md5: false, ...hotPathClientConfig(log), ...options.aws?.sqs });
+  const sqs = new SQSClient({
+    maxAttempts: 5,
+    md5: false,
+    ...hotPathClientConfig(log),
+    ...boundedRequests(),
+    ...options.aws?.sqs,
+  });
   const registryStore = new DynamoRegistry(dynamo, config.tables.registry);
   const registry = new RegistryCache(
     registryStore,

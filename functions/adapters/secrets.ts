@@ -1,4 +1,5 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { boundedRequests } from './aws-clients.ts';
 
 /**
  * Resolves deployment secret references to upstream API keys, once per cold start (KeyRing caches them).
@@ -37,7 +38,10 @@ export class SecretsManagerSecretResolver implements SecretResolver {
   readonly #client: () => SecretsManagerClient;
   #built: SecretsManagerClient | undefined;
 
-  constructor(client: () => SecretsManagerClient = () => new SecretsManagerClient({ maxAttempts: 3 })) {
+  constructor(
+    client: () => SecretsManagerClient = () =>
+      new SecretsManagerClient({ maxAttempts: 3, ...boundedRequests() }),
+  ) {
     this.#client = client;
   }
 
