@@ -215,9 +215,12 @@ class RelayedStream implements ChatStream {
  * `choices` the call asked for, when it has none).
  */
 export const openingChunk = (data: string, choices: number): string | null => {
-  // OpenAI's own opening, without a parse (the first `"delta":` is the only one).
+  // OpenAI's own opening, without a parse: that delta whole (nothing else in it but a null refusal), and the only one.
   const at = data.indexOf(OPENING_DELTA);
-  if (at !== -1 && data.indexOf('"delta":', at + 1) === -1) return null;
+  if (at !== -1 && data.indexOf('"delta":', at + 1) === -1) {
+    const rest = at + OPENING_DELTA.length;
+    if (data.startsWith('}', rest) || data.startsWith(',"refusal":null}', rest)) return null;
+  }
   const chunk = JSON.parse(data) as Record<string, unknown>;
   const list = Array.isArray(chunk.choices) ? (chunk.choices as unknown[]) : [];
   if (list.length > 0 && list.every(opensChoice)) return null;

@@ -42,6 +42,10 @@ describe('the opening chunk of a relayed stream', () => {
   it('is added before a first chunk without a role, and before one whose role comes with reasoning text', () => {
     expect(opening(chunk([choice({ content: 'Hello' })]))).not.toBeNull();
     expect(opening(chunk([choice({ role: 'assistant', reasoning_content: 'Hm' })]))).not.toBeNull();
+    // Its delta begins as OpenAI's opening does, and goes on with text.
+    expect(
+      opening(chunk([choice({ role: 'assistant', content: '', reasoning_content: 'Hm' })])),
+    ).not.toBeNull();
   });
 
   it('opens each choice the first chunk carries, or each the call asked for when it carries none', () => {
