@@ -64,7 +64,10 @@ export interface Container {
 }
 
 export interface ContainerOptions {
-  /** Where `env:` secret references are looked up (default: process.env). */
+  /**
+   * Where `env:` secret references are looked up: the local host's and tests' environments. Without it (a
+   * Lambda instance) `env:` references are refused: the process environment there holds the role's credentials.
+   */
   readonly env?: Readonly<Record<string, string | undefined>>;
   readonly secrets?: SecretResolver;
   readonly clock?: Clock;
@@ -82,7 +85,6 @@ export interface ContainerOptions {
 }
 
 export const createContainer = (config: Config, options: ContainerOptions = {}): Container => {
-  const env = options.env ?? process.env;
   const log = createLogger(config.logLevel);
   // Sub-millisecond wall time: admission's buckets are kept in µs, and Server-Timing reports fractions of ms.
   const clock: Clock = options.clock ?? { now: () => performance.timeOrigin + performance.now() };
@@ -145,7 +147,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     ttlMs: config.keyCacheTtlMs,
   });
   const http = new UpstreamHttp(config.upstream.connectionsPerOrigin);
-  const keys = new KeyRing(options.secrets ?? defaultSecretResolver(env));
+  const keys = new KeyRing(options.secrets ?? defaultSecretResolver(options.env));
   const openAi = new OpenAiHttp(http, keys, config.upstream);
   const adapters: Readonly<Record<AdapterName, ProviderAdapter>> = {
     'openai-compatible': {

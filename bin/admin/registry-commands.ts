@@ -49,22 +49,41 @@ interface Target {
   readonly table: string;
   /** What `{{SIMULATOR_URL}}` stands for: SIMULATOR_URL, or the simulator of the `npm start` stack. */
   readonly simulatorUrl: string | undefined;
+  /** The `npm start` stack (which resolves `env:` key references), not a deployed stage (which refuses them). */
+  readonly local: boolean;
 }
 
 const target = (env: NodeJS.ProcessEnv): Target => {
   const table = env[tables.registry.envVar];
-  if (table) return { client: {}, table, simulatorUrl: env.SIMULATOR_URL };
+  if (table) return { client: {}, table, simulatorUrl: env.SIMULATOR_URL, local: false };
   const stack = readStackFile();
   if (stack) {
     return {
       client: localClientConfig(stack.emulators.dynamodb),
       table: stack.resources.tables.registry,
       simulatorUrl: env.SIMULATOR_URL ?? stack.simulatorUrl ?? undefined,
+      local: true,
     };
   }
   throw new UsageError(
     `No target: start the local stack (npm start) or set ${tables.registry.envVar} and AWS_* variables.`,
   );
+};
+
+/**
+ * A deployed stage's functions refuse `env:` key references (functions/adapters/secrets.ts): such a deployment
+ * fails every call there and fallback skips it. Accepted (the same file may serve the local host), but said.
+ */
+const warnEnvKeyRefs = (deployments: readonly Deployment[], where: Target, warn: (line: string) => void) => {
+  if (where.local) return;
+  for (const d of deployments) {
+    const refs = d.keyRefs.filter((ref) => ref.startsWith('env:'));
+    if (refs.length > 0)
+      warn(
+        `warning: deployment "${d.id}" keys ${refs.join(', ')}: deployed functions refuse env: references ` +
+          '(use secretsmanager:ID); every call to it will fail over to another deployment',
+      );
+  }
 };
 
 /**
@@ -122,6 +141,7 @@ export const runRegistryCommand = async (
           ...(where.simulatorUrl ? { simulatorUrl: where.simulatorUrl } : {}),
         });
         for (const warning of parsedFile.warnings) warn(`warning: ${warning}`);
+        warnEnvKeyRefs(parsedFile.deployments, where, warn);
         const plan = planLoad(await current(), parsedFile, { replace: values.replace ?? false });
         if (plan.conflicts.length > 0) {
           throw new Error(`${file} cannot be loaded:\n${plan.conflicts.map((c) => `  ${c}`).join('\n')}`);
@@ -253,6 +273,7 @@ export const runRegistryCommand = async (
         }
         const merged = { models: contents.models, deployments: [...contents.deployments, deployment] };
         refuseIssues(merged, 'deployment', contents.deployments.length, warn, () => false);
+        warnEnvKeyRefs([deployment], where, warn);
         await registry.addDeployment(deployment);
         return JSON.stringify(deployment, null, 2);
       }
@@ -273,6 +294,7 @@ export const runRegistryCommand = async (
         const deployment = parseEntry<Deployment>(deploymentSchema, doc, 'deployment');
         const deployments = contents.deployments.with(index, deployment);
         refuseIssues({ models: contents.models, deployments }, 'deployment', index, warn, () => false);
+        warnEnvKeyRefs([deployment], where, warn);
         await registry.replaceDeployment(deployment);
         return JSON.stringify(deployment, null, 2);
       }

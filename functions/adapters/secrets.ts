@@ -75,9 +75,29 @@ export class SchemeSecretResolver implements SecretResolver {
   }
 }
 
-/** The resolver of a Lambda instance or the local host: `env:` from `env`, `secretsmanager:` from AWS. */
-export const defaultSecretResolver = (env: Readonly<Record<string, string | undefined>>): SecretResolver =>
+/**
+ * What an `env:` reference gets where no environment was handed in for key references (a Lambda instance).
+ * There the process environment holds the function role's credentials (`AWS_SECRET_ACCESS_KEY`,
+ * `AWS_SESSION_TOKEN`): a registry entry keyed `env:AWS_SECRET_ACCESS_KEY` would send them to its `baseUrl` as a
+ * bearer token. Upstream keys on AWS live in Secrets Manager, so the scheme is refused outright rather than
+ * filtered by name.
+ */
+class NoEnvSecretResolver implements SecretResolver {
+  resolve(ref: string): Promise<string> {
+    return Promise.reject(
+      new Error(
+        `Secret reference ${ref}: env: references resolve only on the local host; use secretsmanager:ID`,
+      ),
+    );
+  }
+}
+
+/**
+ * The resolver of a Lambda instance or the local host: `secretsmanager:` from AWS; `env:` from `env` when the
+ * host hands one in (the local host, tests), refused when it does not (Lambda).
+ */
+export const defaultSecretResolver = (env?: Readonly<Record<string, string | undefined>>): SecretResolver =>
   new SchemeSecretResolver({
-    env: new EnvSecretResolver(env),
+    env: env ? new EnvSecretResolver(env) : new NoEnvSecretResolver(),
     secretsmanager: new SecretsManagerSecretResolver(),
   });

@@ -83,7 +83,15 @@ describe('the registry through the admin CLI', () => {
   });
 
   it('loads a registry file and lists what it holds as tables', async () => {
-    const loaded = ok(await admin('registry', 'load', EXAMPLE));
+    const run = await admin('registry', 'load', EXAMPLE);
+    const loaded = ok(run);
+    // A deployed stage refuses env: key references: said for each deployment that has one, and only those.
+    const envWarnings = run.stderr.split('\n').filter((line) => line.includes('refuse env: references'));
+    expect(envWarnings).toHaveLength(4);
+    expect(envWarnings[0]).toBe(
+      'warning: deployment "famA-v4.1-flash@provider-b" keys env:PROVIDER_B_KEY: deployed functions refuse env: ' +
+        'references (use secretsmanager:ID); every call to it will fail over to another deployment',
+    );
     expect(loaded).toContain('models:      4 added, 0 updated, 0 unchanged, 0 retired');
     expect(loaded).toContain('deployments: 7 added, 0 updated, 0 unchanged, 0 retired');
 

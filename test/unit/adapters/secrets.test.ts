@@ -57,6 +57,20 @@ describe('defaultSecretResolver', () => {
     await expect(defaultSecretResolver({ K: 'v' }).resolve('env:K')).resolves.toBe('v');
   });
 
+  it('refuses env: references when no environment was handed in (a Lambda instance), whatever is set', async () => {
+    // On Lambda the process environment holds the role's credentials; a registry entry must not reach them.
+    process.env.SVC_TEST_ROLE_SECRET = 'role-credential';
+    try {
+      const resolver = defaultSecretResolver();
+      await expect(resolver.resolve('env:SVC_TEST_ROLE_SECRET')).rejects.toThrow(
+        'env: references resolve only on the local host; use secretsmanager:ID',
+      );
+      await expect(resolver.resolve('env:SVC_TEST_ROLE_SECRET')).rejects.not.toThrow('role-credential');
+    } finally {
+      delete process.env.SVC_TEST_ROLE_SECRET;
+    }
+  });
+
   it('names the scheme it does not know', async () => {
     await expect(defaultSecretResolver({}).resolve('vault:x')).rejects.toThrow('"vault:…"');
     await expect(defaultSecretResolver({}).resolve('plain')).rejects.toThrow('Unsupported secret reference');
