@@ -1,6 +1,7 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import middy from '@middy/core';
+import { boundedRequests } from '#adapters/aws-clients.ts';
 import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
 import { DynamoUsage } from '#adapters/dynamo-usage.ts';
 import { createLogger, type Logger } from '#adapters/logger.ts';
@@ -95,9 +96,10 @@ export const createUsageReportDeps = (
   options: UsageReportDepsOptions = {},
 ): UsageReportDeps & { close(): void } => {
   if (!config.siteBucket) throw new Error(`Missing required environment variable ${buckets.site.envVar}`);
-  const dynamo = new DynamoDBClient({ maxAttempts: 3, ...options.aws?.dynamodb });
+  // Bounded like the request path's: a store that stops answering would otherwise hold the run to its timeout.
+  const dynamo = new DynamoDBClient({ maxAttempts: 3, ...boundedRequests(), ...options.aws?.dynamodb });
   options.onDynamoClient?.(dynamo);
-  const s3 = new S3Client({ maxAttempts: 3, ...options.aws?.s3 });
+  const s3 = new S3Client({ maxAttempts: 3, ...boundedRequests(), ...options.aws?.s3 });
   const registry = new DynamoRegistry(dynamo, config.tables.registry);
   return {
     usage: new DynamoUsage(dynamo, config.tables.usage),

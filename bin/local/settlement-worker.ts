@@ -5,7 +5,7 @@
  */
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
-import { hotPathClientConfig } from '#adapters/aws-clients.ts';
+import { boundedRequests, hotPathClientConfig } from '#adapters/aws-clients.ts';
 import { SqsSettlementSink } from '#adapters/sqs-settlement-sink.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
 import { lowerThreadPriority, perTurn } from './workers.ts';
@@ -20,7 +20,15 @@ interface WorkerInput {
 }
 
 const input = workerData as WorkerInput;
-const client = new SQSClient({ maxAttempts: 5, md5: false, ...hotPathClientConfig(), ...input.client });
+// Bounded as the functions' inline sink is: an SQS that stops answering fails the send (its record is then
+// what the invocation reports) instead of holding it.
+const client = new SQSClient({
+  maxAttempts: 5,
+  md5: false,
+  ...hotPathClientConfig(),
+  ...boundedRequests(),
+  ...input.client,
+});
 const sink = new SqsSettlementSink(client, input.queueUrl, { lingerMs: input.lingerMs });
 
 /** A record handed to this thread, and what it answers once SQS has (or has not) taken it. */

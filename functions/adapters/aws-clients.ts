@@ -31,8 +31,10 @@ export const hotPathClientConfig = (log?: Logger) => ({
  * hold every request until its function's own timeout (15 minutes for chat) — no 503, no response at all, and a
  * Lambda instance held per call. With these an unanswered attempt fails, is retried as the client's `maxAttempts`
  * allows, and the request is refused with 503 within seconds: fail closed, and fast. Generous against the
- * milliseconds a healthy store takes (DynamoDB Local's p99 under the bench's load is tens of ms). Not for SQS long
- * polls, which wait up to 20 s on purpose.
+ * milliseconds a healthy store takes (DynamoDB Local's p99 under the bench's load is tens of ms). Off the request
+ * path the usage report's DynamoDB and S3 clients and the local host's settlement sender use them too, so that a
+ * run or a send ends with an error rather than at its function's timeout. Not for SQS long polls, which wait up to
+ * 20 s on purpose.
  */
 export const STORE_CALL_TIMEOUTS = { connectionTimeout: 2_000, requestTimeout: 5_000 } as const;
 

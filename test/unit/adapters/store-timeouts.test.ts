@@ -5,7 +5,8 @@ import { STORE_CALL_TIMEOUTS } from '#adapters/aws-clients.ts';
 import { ServiceUnavailableError } from '#core/errors.ts';
 import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
-import { tables } from '#lib/resources.ts';
+import { createUsageReportDeps } from '#functions/usage-report.ts';
+import { buckets, tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 
 /**
@@ -57,6 +58,38 @@ describe('a store that never answers', () => {
       expect(accepted).toBeGreaterThan(0);
     } finally {
       await container.close();
+    }
+  }, 40_000);
+
+  it('ends the usage report’s store and bucket calls too, instead of holding the run to its timeout', async () => {
+    const config = loadConfig({
+      ...Object.fromEntries(Object.values(tables).map((t) => [t.envVar, `t-${t.envVar}`])),
+      [buckets.site.envVar]: 'site',
+      SETTLEMENT_QUEUE_URL: `${endpoint}/000000000000/settlement`,
+      LOG_LEVEL: 'silent',
+    });
+    const before = accepted;
+    const deps = createUsageReportDeps(config, {
+      aws: {
+        dynamodb: localClientConfig(endpoint),
+        s3: { ...localClientConfig(endpoint), forcePathStyle: true },
+      },
+    });
+    const bounded = async (call: () => Promise<unknown>) => {
+      const started = performance.now();
+      await expect(call()).rejects.toThrow();
+      const elapsed = performance.now() - started;
+      expect(elapsed).toBeGreaterThanOrEqual(STORE_CALL_TIMEOUTS.requestTimeout);
+      expect(elapsed).toBeLessThan(3 * STORE_CALL_TIMEOUTS.requestTimeout + 5_000);
+    };
+    try {
+      await Promise.all([
+        bounded(() => deps.models()),
+        bounded(() => deps.site.putJson('usage.json', '{}', 'max-age=60')),
+      ]);
+      expect(accepted - before).toBeGreaterThanOrEqual(2);
+    } finally {
+      deps.close();
     }
   }, 40_000);
 });
