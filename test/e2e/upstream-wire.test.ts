@@ -69,6 +69,27 @@ const withDelta = (chunk: object, delta: object) => ({
 
 const line = (chunk: object) => `data: ${JSON.stringify(chunk)}\n\n`;
 
+/**
+ * A two-choice reply (n = 2) whose second choice first appears after the stream's first chunk, with its role and
+ * first text together; the first choice opens itself, as OpenAI does.
+ */
+const twoChoices = () => {
+  const base = { id: 'chatcmpl-two', object: 'chat.completion.chunk', created: 2, model: HIDDEN };
+  const at = (index: number, delta: object, finish: string | null = null) => ({
+    ...base,
+    choices: [{ index, delta, finish_reason: finish }],
+    usage: null,
+  });
+  return [
+    at(0, { role: 'assistant', content: '' }),
+    at(0, { content: 'A' }),
+    at(1, { role: 'assistant', content: 'B' }),
+    at(0, {}, 'stop'),
+    at(1, {}, 'stop'),
+    { ...base, choices: [], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } },
+  ];
+};
+
 /** Upstreams that break the protocol around a reply, each its own way. */
 const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
   // The whole reply, usage included, then the connection reset instead of [DONE] and a clean end.
@@ -198,6 +219,12 @@ beforeAll(async () => {
         res.end('data: [DONE]\n\n');
         return;
       }
+      if (body.messages.some((msg) => msg.content.includes('mode=two-choices'))) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        for (const chunk of twoChoices()) res.write(line(chunk));
+        res.end('data: [DONE]\n\n');
+        return;
+      }
       const special = Object.keys(FAULTY).find((m) =>
         body.messages.some((msg) => msg.content.includes(`mode=${m}`)),
       );
@@ -282,6 +309,37 @@ describe('an upstream stream written differently', () => {
       expect(record?.cost).toBeGreaterThan(0);
     },
   );
+});
+
+describe('a stream of several choices (n = 2)', () => {
+  it('opens each choice before its first text, even one that first appears after the first chunk', async () => {
+    await drainSettlements(t.stack);
+    const res = await t.post('/chat/completions', {
+      model: MODEL,
+      stream: true,
+      n: 2,
+      messages: [{ role: 'user', content: 'mode=two-choices' }],
+    });
+    expect(res.status).toBe(200);
+    const events = sseEvents(await res.text());
+    expect(events.at(-1)).toBe('[DONE]');
+    const parsed = events.slice(0, -1).map((data) => JSON.parse(data) as Record<string, unknown>);
+    for (const chunk of parsed) expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
+    // Each choice's deltas in order: the first carries the role and empty content, the text follows.
+    const deltas = (index: number) =>
+      parsed.flatMap((c) =>
+        (c.choices as { index: number; delta: Record<string, unknown> }[])
+          .filter((ch) => ch.index === index)
+          .map((ch) => ch.delta),
+      );
+    expect(deltas(0)).toEqual([{ role: 'assistant', content: '' }, { content: 'A' }, {}]);
+    expect(deltas(1)).toEqual([{ role: 'assistant', content: '' }, { role: 'assistant', content: 'B' }, {}]);
+    // The opening made for choice 1 is the upstream's chunk's, relabelled.
+    const madeOpening = parsed.find((c) => JSON.stringify(c.choices).includes('"index":1'));
+    expect(madeOpening).toMatchObject({ id: 'chatcmpl-two', created: 2, model: MODEL });
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({ outcome: 'success', usage: { promptTokens: 7, completionTokens: 2 } });
+  });
 });
 
 describe('an upstream that breaks the protocol around a reply', () => {

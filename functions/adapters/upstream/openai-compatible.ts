@@ -113,6 +113,11 @@ class RelayedStream implements ChatStream {
   readonly #choices: number;
   /** Whether a chunk has been relayed yet (the first may need an opening chunk before it). */
   #started = false;
+  /**
+   * With n > 1, the choices not seen yet: a choice's first delta may come after the stream's first chunk, and is
+   * opened (if it does not open itself) when it comes. Null once every choice is open, and always with n = 1.
+   */
+  #unopened: Set<number> | null = null;
 
   constructor(first: string, upstream: UpstreamEvents, call: UpstreamCall) {
     this.#first = first;
@@ -152,13 +157,18 @@ class RelayedStream implements ChatStream {
     this.#upstream.close();
   }
 
-  /** `event`, preceded — on the stream's first chunk only — by the opening chunk it does not make itself. */
+  /** `event`, preceded by the opening chunk of the choices it is the first of and does not open itself. */
   *#opened(event: ChatStreamEvent): Generator<ChatStreamEvent> {
+    let opening: string | null = null;
     if (!this.#started) {
       this.#started = true;
-      const opening = openingChunk(event.data, this.#choices);
-      if (opening !== null) yield { data: opening, usage: null, usageOnly: false, contentChunks: 0 };
+      if (this.#choices > 1) this.#unopened = new Set(Array.from({ length: this.#choices }, (_, i) => i));
+      opening = this.#unopened ? openingOfChoices(event.data, this.#unopened) : openingChunk(event.data, 1);
+    } else if (this.#unopened && !event.usageOnly) {
+      opening = openingOfChoices(event.data, this.#unopened, false);
     }
+    if (this.#unopened?.size === 0) this.#unopened = null;
+    if (opening !== null) yield { data: opening, usage: null, usageOnly: false, contentChunks: 0 };
     yield event;
   }
 
@@ -230,7 +240,36 @@ export const openingChunk = (data: string, choices: number): string | null => {
           (i): i is number => typeof i === 'number',
         )
       : Array.from({ length: choices }, (_, i) => i);
-  return JSON.stringify({
+  return openingOf(chunk, indices);
+};
+
+/**
+ * With n > 1 (OpenAI opens each choice with its own chunk): the opening of the choices in `unopened` that this chunk
+ * is the first to carry and that do not open themselves, else null. Every choice the chunk carries leaves
+ * `unopened`. A first chunk that carries no choice at all (a usage report first) opens them all, as `openingChunk`.
+ */
+export const openingOfChoices = (data: string, unopened: Set<number>, first = true): string | null => {
+  const chunk = JSON.parse(data) as Record<string, unknown>;
+  const list = Array.isArray(chunk.choices) ? (chunk.choices as unknown[]) : [];
+  if (list.length === 0) {
+    if (!first) return null;
+    const all = [...unopened];
+    unopened.clear();
+    return openingOf(chunk, all);
+  }
+  const indices: number[] = [];
+  for (const choice of list) {
+    const index = (choice as { index?: unknown } | null)?.index;
+    if (typeof index !== 'number' || !unopened.has(index)) continue;
+    unopened.delete(index);
+    if (!opensChoice(choice)) indices.push(index);
+  }
+  return indices.length > 0 ? openingOf(chunk, indices) : null;
+};
+
+/** OpenAI's opening chunk for `indices`, with `chunk`'s id, creation time, model and fingerprint. */
+const openingOf = (chunk: Record<string, unknown>, indices: readonly number[]): string =>
+  JSON.stringify({
     id: chunk.id,
     object: 'chat.completion.chunk',
     created: chunk.created,
@@ -243,7 +282,6 @@ export const openingChunk = (data: string, choices: number): string | null => {
       finish_reason: null,
     })),
   });
-};
 
 const OPENING_DELTA = '"delta":{"role":"assistant","content":""';
 

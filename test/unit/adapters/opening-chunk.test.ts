@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { openingChunk } from '#adapters/upstream/openai-compatible.ts';
+import { openingChunk, openingOfChoices } from '#adapters/upstream/openai-compatible.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 
 /** Spec §4 rule 3: a stream opens with a chunk whose delta carries the role and no content. */
@@ -60,5 +60,45 @@ describe('the opening chunk of a relayed stream', () => {
     );
     expect(indicesOf(usageFirst)).toEqual([0, 1, 2]);
     expect(usageFirst).not.toHaveProperty('usage');
+  });
+});
+
+describe('with several choices (n > 1), the opening of each choice', () => {
+  const track = (n: number) => new Set(Array.from({ length: n }, (_, i) => i));
+  const parsed = (made: string | null) =>
+    made === null ? null : (JSON.parse(made) as Record<string, unknown>);
+
+  it('is made when a choice first appears with text, after the first chunk, and only once', () => {
+    const unopened = track(2);
+    expect(openingOfChoices(chunk([choice({ role: 'assistant', content: '' }, 0)]), unopened)).toBeNull();
+    expect([...unopened]).toEqual([1]);
+    expect(openingOfChoices(chunk([choice({ content: 'A' }, 0)]), unopened, false)).toBeNull();
+    const made = parsed(
+      openingOfChoices(chunk([choice({ role: 'assistant', content: 'B' }, 1)]), unopened, false),
+    );
+    expect(indicesOf(made)).toEqual([1]);
+    expect(schemaErrors('CreateChatCompletionStreamResponse', made)).toBe('');
+    expect(unopened.size).toBe(0);
+    expect(openingOfChoices(chunk([choice({ content: 'C' }, 1)]), unopened, false)).toBeNull();
+  });
+
+  it('opens only the choices of a chunk that do not open themselves', () => {
+    const unopened = track(3);
+    const made = openingOfChoices(
+      chunk([choice({ role: 'assistant', content: '' }, 0), choice({ content: 'B' }, 1)]),
+      unopened,
+    );
+    expect(indicesOf(parsed(made))).toEqual([1]);
+    expect([...unopened]).toEqual([2]);
+  });
+
+  it('opens them all before a first chunk without choices, and waits for them after it', () => {
+    const usage = { usage: { prompt_tokens: 1, completion_tokens: 0, total_tokens: 1 } };
+    const first = track(2);
+    expect(indicesOf(parsed(openingOfChoices(chunk([], usage), first)))).toEqual([0, 1]);
+    expect(first.size).toBe(0);
+    const later = track(2);
+    expect(openingOfChoices(chunk([], usage), later, false)).toBeNull();
+    expect(later.size).toBe(2);
   });
 });
