@@ -13,10 +13,15 @@
  * body; "added" numbers are differences of the targets' percentiles (gateway p99 − direct p99), not
  * percentiles of differences.
  *
- * Flags: --rounds N, --round-ms N, --warmup-ms N, --gap-ms N, --quick, --scenario ID (repeatable), --help.
+ * With --floor, a third kind of target joins: a bare Node proxy in front of the same simulator (lib/bare-proxy.ts),
+ * measured in the same rounds. It is not judged; it shows what any Node proxy adds on this machine in this run, so
+ * that what the gateway adds beyond it is its own.
+ *
+ * Flags: --rounds N, --round-ms N, --warmup-ms N, --gap-ms N, --quick, --scenario ID (repeatable), --floor, --help.
  * Environment: GATEWAY_ENV_<NAME>=value is passed to the stack as <NAME>=value.
  * Writes bench/results/latest.json. Exits 1 if any request failed; failed targets do not change the code.
  */
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -153,8 +158,10 @@ const requestBody = (s: Scenario): Buffer =>
 
 /** The gateway with metering off: a second stack (`METERING=off`) on the same machine. */
 const UNMETERED = 'gateway-unmetered';
+/** The reference proxy of --floor: measured beside the gateways, judged against no target. */
+const BARE = 'bare-proxy';
 
-const targetsFor = (stack: GatewayProcess, unmetered: GatewayProcess): Target[] => [
+const targetsFor = (stack: GatewayProcess, unmetered: GatewayProcess, bareUrl: string | null): Target[] => [
   {
     name: 'direct',
     url: `${stack.simulatorUrl}${DIRECT_PATH}`,
@@ -172,7 +179,27 @@ const targetsFor = (stack: GatewayProcess, unmetered: GatewayProcess): Target[] 
     headers: { authorization: `Bearer ${API_KEY}` },
     expectHeaders: { 'x-svc-provider': EXPECTED_PROVIDER },
   },
+  ...(bareUrl === null ? [] : [{ name: BARE, url: `${bareUrl}/v1/chat/completions`, headers: {} }]),
 ];
+
+/** Starts the bare proxy in front of the metered stack's simulator (the direct target's); resolves to its URL. */
+const startBareProxy = async (stack: GatewayProcess): Promise<{ child: ChildProcess; url: string }> => {
+  const script = fileURLToPath(new URL('./lib/bare-proxy.ts', import.meta.url));
+  const child = spawn(process.execPath, [script, `${stack.simulatorUrl}${DIRECT_PATH}`, DIRECT_KEY], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let seen = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      seen += chunk.toString('utf8');
+      const found = /bare proxy listening on (http:\/\/\S+)/.exec(seen);
+      if (found) resolve(found[1] as string);
+    });
+    child.once('exit', (code) => reject(new Error(`the bare proxy exited (${code}) before it listened`)));
+  });
+  child.stdout?.resume();
+  return { child, url };
+};
 
 // ---------------------------------------------------------------------------------------------------------
 // Settings
@@ -186,6 +213,8 @@ interface Settings {
   /** Load on each gateway before the first scenario (JIT warm-up of the gateway and of DynamoDB Local's JVM). */
   readonly stackWarmupMs: number;
   readonly quick: boolean;
+  /** Measure the bare reference proxy too (--floor). */
+  readonly floor: boolean;
   readonly scenarios: readonly Scenario[];
 }
 
@@ -200,6 +229,9 @@ const USAGE = `usage: npm run bench -- [options]
                    DynamoDB Local's JVM keeps compiling for about a minute after start
   --quick          short smoke run
   --scenario ID    run only this scenario (repeatable): ${SCENARIOS.map((s) => s.id).join(', ')}
+  --floor          also measure a bare Node proxy in front of the same simulator (bench/lib/bare-proxy.ts),
+                   in the same rounds: what any proxy adds on this machine; reported, not judged (its stack
+                   CPU is the simulator's alone)
   -h, --help       this text
 
   GATEWAY_ENV_<NAME>=value in the environment is passed to the stack as <NAME>=value.`;
@@ -214,6 +246,7 @@ const parseSettings = (): Settings => {
         'gap-ms': { type: 'string' },
         'stack-warmup-ms': { type: 'string' },
         quick: { type: 'boolean', default: false },
+        floor: { type: 'boolean', default: false },
         scenario: { type: 'string', multiple: true },
         help: { type: 'boolean', short: 'h', default: false },
       },
@@ -251,6 +284,7 @@ const parseSettings = (): Settings => {
     gapMs: int('gap-ms', values['gap-ms'], 100, 0),
     stackWarmupMs: int('stack-warmup-ms', values['stack-warmup-ms'], quick ? 1000 : 20_000, 0),
     quick,
+    floor: values.floor,
     // In the order given, so e.g. `--scenario c64 --scenario c1` shows c1 on a gateway warmed by load.
     scenarios:
       ids.length === 0
@@ -661,7 +695,8 @@ interface CheckResult {
   readonly target: string;
   readonly value: number | null;
   readonly limit: number;
-  readonly status: 'PASS' | 'FAIL' | 'SKIP';
+  /** REF: the bare proxy's figure, shown beside the gateways' and judged against nothing. */
+  readonly status: 'PASS' | 'FAIL' | 'SKIP' | 'REF';
 }
 
 const evaluateChecks = (results: readonly ScenarioResult[], targetNames: readonly string[]): CheckResult[] =>
@@ -671,6 +706,7 @@ const evaluateChecks = (results: readonly ScenarioResult[], targetNames: readonl
     if (!result) {
       return targetNames
         .slice(1)
+        .filter((target) => target !== BARE)
         .map((target) => ({ ...base(check), target, value: null, limit, status: 'SKIP' as const }));
     }
     // Both gateways are judged: as deployed (metering on) and unmetered (the proxy's own overhead).
@@ -686,21 +722,26 @@ const evaluateChecks = (results: readonly ScenarioResult[], targetNames: readonl
         target: c.target,
         value,
         limit,
-        status: pass ? ('PASS' as const) : ('FAIL' as const),
+        status: c.target === BARE ? ('REF' as const) : pass ? ('PASS' as const) : ('FAIL' as const),
       };
     });
   });
 
 const base = (check: Check) => ({ label: check.label, scenario: check.scenario });
 
+const STATUS_MARKS: Readonly<Record<CheckResult['status'], string>> = {
+  PASS: '✔ PASS',
+  FAIL: '✘ FAIL',
+  SKIP: '· SKIP',
+  REF: '· REF ',
+};
+
 const formatChecks = (checks: readonly CheckResult[]): string => {
   const lines = ['\nTargets'];
   for (const c of checks) {
     const unit = CHECKS.find((k) => k.label === c.label)?.unit ?? CHECKS_EXTRA.get(c.label);
     const value = c.value === null ? 'not run' : unit === '%' ? pct(c.value) : `${signed(c.value)} ms`;
-    lines.push(
-      `  ${c.status === 'PASS' ? '✔ PASS' : c.status === 'FAIL' ? '✘ FAIL' : '· SKIP'}  ${pad(c.label, 52)} ${c.target}: ${value}`,
-    );
+    lines.push(`  ${STATUS_MARKS[c.status]}  ${pad(c.label, 52)} ${c.target}: ${value}`);
   }
   return lines.join('\n');
 };
@@ -787,11 +828,13 @@ const CHECKS_EXTRA = new Map<string, 'ms' | '%'>();
 
 let stack: GatewayProcess | null = null;
 let unmeteredStack: GatewayProcess | null = null;
+let bareProxy: ChildProcess | null = null;
 let endpoints: Endpoint[] = [];
 
 const cleanup = async (): Promise<void> => {
   await Promise.allSettled(endpoints.map((e) => e.pool.destroy()));
   endpoints = [];
+  bareProxy?.kill('SIGTERM');
   await Promise.allSettled([stack?.stop(), unmeteredStack?.stop()]);
 };
 
@@ -803,6 +846,7 @@ process.once('SIGINT', onSignal);
 process.once('SIGTERM', onSignal);
 // Last resort (e.g. process.exit elsewhere): the stack must not outlive the bench.
 process.on('exit', () => {
+  bareProxy?.kill('SIGTERM');
   for (const s of [stack, unmeteredStack]) {
     if (s?.running()) {
       try {
@@ -859,7 +903,14 @@ const main = async (): Promise<number> => {
       `simulator ${stack.simulatorUrl}; RSS ${mib(memoryAtStart, 'rssKiB')}`,
   );
 
-  const targets = targetsFor(stack, unmeteredStack);
+  let bareUrl: string | null = null;
+  if (settings.floor) {
+    const started = await startBareProxy(stack);
+    bareProxy = started.child;
+    bareUrl = started.url;
+    console.log(`bare proxy (--floor): pid ${bareProxy.pid}, ${bareUrl}, in front of ${stack.simulatorUrl}`);
+  }
+  const targets = targetsFor(stack, unmeteredStack, bareUrl);
   const connections = Math.max(...settings.scenarios.map((s) => s.concurrency));
   endpoints = targets.map((t) => openEndpoint(t, connections));
   console.log('preflight');
@@ -885,7 +936,8 @@ const main = async (): Promise<number> => {
       // The unmetered stack runs no consumer: its records stay queued, there is nothing to wait for. After every
       // round, the metered stack's DynamoDB Local must be quiet again (see whenQuiet), whatever the target was.
       async (endpoint) => {
-        if (endpoint.target.name !== UNMETERED) await settlementsDone(meteredFile);
+        if (endpoint.target.name !== UNMETERED && endpoint.target.name !== BARE)
+          await settlementsDone(meteredFile);
         if (storeJvm !== null) storeWaitMs += await whenQuiet(storeJvm);
       },
     );
