@@ -13,9 +13,10 @@
  * body; "added" numbers are differences of the targets' percentiles (gateway p99 − direct p99), not
  * percentiles of differences.
  *
- * With --floor, a third kind of target joins: a bare Node proxy in front of the same simulator (lib/bare-proxy.ts),
- * measured in the same rounds. It is not judged; it shows what any Node proxy adds on this machine in this run, so
- * that what the gateway adds beyond it is its own.
+ * With --floor, two reference targets join, in front of the same simulator and measured in the same rounds: a bare
+ * Node proxy (lib/bare-proxy.ts), and the same work as a Lambda handler behind the local Function URL host
+ * (lib/bare-handler.ts). They are not judged. The first shows what any Node proxy adds on this machine in this
+ * run; the step to the second is what the Lambda shape costs; the step from it to the gateway is the gateway's own.
  *
  * Flags: --rounds N, --round-ms N, --warmup-ms N, --gap-ms N, --quick, --scenario ID (repeatable), --floor, --help.
  * Environment: GATEWAY_ENV_<NAME>=value is passed to the stack as <NAME>=value.
@@ -158,10 +159,16 @@ const requestBody = (s: Scenario): Buffer =>
 
 /** The gateway with metering off: a second stack (`METERING=off`) on the same machine. */
 const UNMETERED = 'gateway-unmetered';
-/** The reference proxy of --floor: measured beside the gateways, judged against no target. */
+/** The references of --floor: measured beside the gateways, judged against no target. */
 const BARE = 'bare-proxy';
+const BARE_HANDLER = 'bare-handler';
+const REFERENCES: ReadonlySet<string> = new Set([BARE, BARE_HANDLER]);
 
-const targetsFor = (stack: GatewayProcess, unmetered: GatewayProcess, bareUrl: string | null): Target[] => [
+const targetsFor = (
+  stack: GatewayProcess,
+  unmetered: GatewayProcess,
+  references: readonly { readonly name: string; readonly url: string }[],
+): Target[] => [
   {
     name: 'direct',
     url: `${stack.simulatorUrl}${DIRECT_PATH}`,
@@ -179,23 +186,30 @@ const targetsFor = (stack: GatewayProcess, unmetered: GatewayProcess, bareUrl: s
     headers: { authorization: `Bearer ${API_KEY}` },
     expectHeaders: { 'x-svc-provider': EXPECTED_PROVIDER },
   },
-  ...(bareUrl === null ? [] : [{ name: BARE, url: `${bareUrl}/v1/chat/completions`, headers: {} }]),
+  ...references.map(({ name, url }) => ({ name, url: `${url}/v1/chat/completions`, headers: {} })),
 ];
 
-/** Starts the bare proxy in front of the metered stack's simulator (the direct target's); resolves to its URL. */
-const startBareProxy = async (stack: GatewayProcess): Promise<{ child: ChildProcess; url: string }> => {
-  const script = fileURLToPath(new URL('./lib/bare-proxy.ts', import.meta.url));
+/**
+ * Starts a reference of --floor (`bench/lib/NAME.ts`) in front of the metered stack's simulator (the direct
+ * target's), in a process of its own; resolves to its URL.
+ */
+const startReference = async (
+  name: string,
+  stack: GatewayProcess,
+): Promise<{ child: ChildProcess; url: string }> => {
+  const script = fileURLToPath(new URL(`./lib/${name}.ts`, import.meta.url));
   const child = spawn(process.execPath, [script, `${stack.simulatorUrl}${DIRECT_PATH}`, DIRECT_KEY], {
+    cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const url = await new Promise<string>((resolve, reject) => {
     let seen = '';
     child.stdout?.on('data', (chunk: Buffer) => {
       seen += chunk.toString('utf8');
-      const found = /bare proxy listening on (http:\/\/\S+)/.exec(seen);
+      const found = / listening on (http:\/\/\S+)/.exec(seen);
       if (found) resolve(found[1] as string);
     });
-    child.once('exit', (code) => reject(new Error(`the bare proxy exited (${code}) before it listened`)));
+    child.once('exit', (code) => reject(new Error(`${name} exited (${code}) before it listened`)));
   });
   child.stdout?.resume();
   return { child, url };
@@ -229,9 +243,10 @@ const USAGE = `usage: npm run bench -- [options]
                    DynamoDB Local's JVM keeps compiling for about a minute after start
   --quick          short smoke run
   --scenario ID    run only this scenario (repeatable): ${SCENARIOS.map((s) => s.id).join(', ')}
-  --floor          also measure a bare Node proxy in front of the same simulator (bench/lib/bare-proxy.ts),
-                   in the same rounds: what any proxy adds on this machine; reported, not judged (its stack
-                   CPU is the simulator's alone)
+  --floor          also measure two references in front of the same simulator, in the same rounds: a bare
+                   Node proxy (bench/lib/bare-proxy.ts) and its work as a Lambda handler behind the local
+                   Function URL host (bench/lib/bare-handler.ts); reported, not judged (their stack CPU is
+                   the simulator's alone)
   -h, --help       this text
 
   GATEWAY_ENV_<NAME>=value in the environment is passed to the stack as <NAME>=value.`;
@@ -695,7 +710,7 @@ interface CheckResult {
   readonly target: string;
   readonly value: number | null;
   readonly limit: number;
-  /** REF: the bare proxy's figure, shown beside the gateways' and judged against nothing. */
+  /** REF: a --floor reference's figure, shown beside the gateways' and judged against nothing. */
   readonly status: 'PASS' | 'FAIL' | 'SKIP' | 'REF';
 }
 
@@ -706,7 +721,7 @@ const evaluateChecks = (results: readonly ScenarioResult[], targetNames: readonl
     if (!result) {
       return targetNames
         .slice(1)
-        .filter((target) => target !== BARE)
+        .filter((target) => !REFERENCES.has(target))
         .map((target) => ({ ...base(check), target, value: null, limit, status: 'SKIP' as const }));
     }
     // Both gateways are judged: as deployed (metering on) and unmetered (the proxy's own overhead).
@@ -722,7 +737,7 @@ const evaluateChecks = (results: readonly ScenarioResult[], targetNames: readonl
         target: c.target,
         value,
         limit,
-        status: c.target === BARE ? ('REF' as const) : pass ? ('PASS' as const) : ('FAIL' as const),
+        status: REFERENCES.has(c.target) ? ('REF' as const) : pass ? ('PASS' as const) : ('FAIL' as const),
       };
     });
   });
@@ -828,13 +843,14 @@ const CHECKS_EXTRA = new Map<string, 'ms' | '%'>();
 
 let stack: GatewayProcess | null = null;
 let unmeteredStack: GatewayProcess | null = null;
-let bareProxy: ChildProcess | null = null;
+let referenceProcesses: ChildProcess[] = [];
 let endpoints: Endpoint[] = [];
 
 const cleanup = async (): Promise<void> => {
   await Promise.allSettled(endpoints.map((e) => e.pool.destroy()));
   endpoints = [];
-  bareProxy?.kill('SIGTERM');
+  for (const child of referenceProcesses) child.kill('SIGTERM');
+  referenceProcesses = [];
   await Promise.allSettled([stack?.stop(), unmeteredStack?.stop()]);
 };
 
@@ -846,7 +862,7 @@ process.once('SIGINT', onSignal);
 process.once('SIGTERM', onSignal);
 // Last resort (e.g. process.exit elsewhere): the stack must not outlive the bench.
 process.on('exit', () => {
-  bareProxy?.kill('SIGTERM');
+  for (const child of referenceProcesses) child.kill('SIGTERM');
   for (const s of [stack, unmeteredStack]) {
     if (s?.running()) {
       try {
@@ -903,14 +919,18 @@ const main = async (): Promise<number> => {
       `simulator ${stack.simulatorUrl}; RSS ${mib(memoryAtStart, 'rssKiB')}`,
   );
 
-  let bareUrl: string | null = null;
+  const references: { name: string; url: string }[] = [];
   if (settings.floor) {
-    const started = await startBareProxy(stack);
-    bareProxy = started.child;
-    bareUrl = started.url;
-    console.log(`bare proxy (--floor): pid ${bareProxy.pid}, ${bareUrl}, in front of ${stack.simulatorUrl}`);
+    for (const name of [BARE, BARE_HANDLER]) {
+      const started = await startReference(name, stack);
+      referenceProcesses.push(started.child);
+      references.push({ name, url: started.url });
+      console.log(
+        `${name} (--floor): pid ${started.child.pid}, ${started.url}, in front of ${stack.simulatorUrl}`,
+      );
+    }
   }
-  const targets = targetsFor(stack, unmeteredStack, bareUrl);
+  const targets = targetsFor(stack, unmeteredStack, references);
   const connections = Math.max(...settings.scenarios.map((s) => s.concurrency));
   endpoints = targets.map((t) => openEndpoint(t, connections));
   console.log('preflight');
@@ -936,7 +956,7 @@ const main = async (): Promise<number> => {
       // The unmetered stack runs no consumer: its records stay queued, there is nothing to wait for. After every
       // round, the metered stack's DynamoDB Local must be quiet again (see whenQuiet), whatever the target was.
       async (endpoint) => {
-        if (endpoint.target.name !== UNMETERED && endpoint.target.name !== BARE)
+        if (endpoint.target.name !== UNMETERED && !REFERENCES.has(endpoint.target.name))
           await settlementsDone(meteredFile);
         if (storeJvm !== null) storeWaitMs += await whenQuiet(storeJvm);
       },
