@@ -36,6 +36,12 @@ export class LambdaResponseStream extends Writable {
   /** Prelude bytes while they are still arriving; null once the HTTP head is out. */
   #prelude: Buffer[] | null = [];
   #zeros = 0;
+  /**
+   * An event stream's first body bytes leave at once, with the head, instead of waiting for the end of the turn:
+   * they are what its client waits for (time to first token), and when an upstream's events arrive together the
+   * relay of all of them would otherwise come first. Set when the head says `text/event-stream`.
+   */
+  #sendNextAtOnce = false;
 
   constructor(res: ServerResponse) {
     super({ highWaterMark: 16 * 1024 });
@@ -68,6 +74,13 @@ export class LambdaResponseStream extends Writable {
         }
         body = rest;
       }
+    }
+    if (body.length > 0 && this.#sendNextAtOnce) {
+      this.#sendNextAtOnce = false;
+      this.#held.push(body);
+      this.#heldBytes += body.length;
+      this.#release(callback);
+      return;
     }
     if (body.length > 0) this.#hold(body);
     if (this.#heldBytes >= this.writableHighWaterMark) this.#release(callback);
@@ -160,6 +173,7 @@ export class LambdaResponseStream extends Writable {
     this.#prelude = null;
     const headers: Record<string, string | string[]> = { ...prelude.headers };
     if (prelude.cookies?.length) headers['set-cookie'] = prelude.cookies;
+    this.#sendNextAtOnce = /^text\/event-stream/i.test(String(headers['content-type'] ?? ''));
     // The head leaves with the first body bytes (or the end), in the same packet.
     this.#res.writeHead(prelude.statusCode ?? 200, headers);
   }

@@ -5,6 +5,8 @@ import { installLambdaGlobals, isStreamingHandler, LambdaResponseStream } from '
 /** Records what a Node ServerResponse would have been asked to send. */
 const fakeResponse = () => {
   const sent = { status: 0, headers: {} as Record<string, unknown>, body: '', ended: false };
+  /** Each bytes-carrying call to the socket, in order: what would leave as separate packets. */
+  const calls: string[] = [];
   const res = {
     writeHead: (status: number, headers: Record<string, unknown>) => {
       sent.status = status;
@@ -14,10 +16,12 @@ const fakeResponse = () => {
     uncork: () => {},
     write: (chunk: Buffer) => {
       sent.body += chunk.toString();
+      calls.push(chunk.toString());
       return true;
     },
     end: (...args: unknown[]) => {
       if (Buffer.isBuffer(args[0])) sent.body += args[0].toString();
+      if (Buffer.isBuffer(args[0])) calls.push(args[0].toString());
       sent.ended = true;
       (args.find((a) => typeof a === 'function') as () => void)();
     },
@@ -26,7 +30,7 @@ const fakeResponse = () => {
     writableEnded: false,
     writableNeedDrain: false,
   };
-  return { res: res as unknown as ServerResponse, sent };
+  return { res: res as unknown as ServerResponse, sent, calls };
 };
 
 const finish = (stream: LambdaResponseStream) => new Promise<void>((resolve) => stream.end(resolve));
@@ -87,6 +91,36 @@ describe('the local response stream', () => {
     stream.write('');
     await finish(stream);
     expect(sent).toMatchObject({ status: 204, body: '', ended: true });
+  });
+
+  it('sends an event stream’s first event at once, and coalesces what the same turn writes after it', async () => {
+    const { res, sent, calls } = fakeResponse();
+    const stream = HttpResponseStream.from(new LambdaResponseStream(res), {
+      statusCode: 200,
+      headers: { 'content-type': 'text/event-stream' },
+    });
+    stream.write('data: 1\n\n');
+    // The first event left before the turn ended: its client's time to first token does not wait for the rest.
+    expect(calls).toEqual(['data: 1\n\n']);
+    stream.write('data: 2\n\n');
+    stream.write('data: [DONE]\n\n');
+    expect(calls).toHaveLength(1);
+    await finish(stream);
+    expect(calls).toEqual(['data: 1\n\n', 'data: 2\n\ndata: [DONE]\n\n']);
+    expect(sent.body).toBe('data: 1\n\ndata: 2\n\ndata: [DONE]\n\n');
+  });
+
+  it('holds a JSON body to the end of the turn: head, body and end leave together', async () => {
+    const { res, calls } = fakeResponse();
+    const stream = HttpResponseStream.from(new LambdaResponseStream(res), {
+      statusCode: 200,
+      headers: { 'content-type': 'application/json' },
+    });
+    stream.write('{"a":');
+    stream.write('1}');
+    expect(calls).toEqual([]);
+    await finish(stream);
+    expect(calls).toEqual(['{"a":1}']);
   });
 
   it('refuses a content type change after the first write, like the runtime', () => {
