@@ -75,15 +75,13 @@ export class LambdaResponseStream extends Writable {
         body = rest;
       }
     }
-    if (body.length > 0 && this.#sendNextAtOnce) {
+    let atOnce = false;
+    if (body.length > 0) {
+      this.#hold(body);
+      atOnce = this.#sendNextAtOnce;
       this.#sendNextAtOnce = false;
-      this.#held.push(body);
-      this.#heldBytes += body.length;
-      this.#release(callback);
-      return;
     }
-    if (body.length > 0) this.#hold(body);
-    if (this.#heldBytes >= this.writableHighWaterMark) this.#release(callback);
+    if (atOnce || this.#heldBytes >= this.writableHighWaterMark) this.#release(callback);
     else callback();
   }
 

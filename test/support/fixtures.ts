@@ -3,6 +3,8 @@ import type { HealthPolicy } from '#core/health.ts';
 import type { Clock } from '#core/ports.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { Deployment, Model } from '#core/registry.ts';
+import { type Config, loadConfig } from '#functions/config.ts';
+import { tables } from '#lib/resources.ts';
 
 /** A chat model for unit tests; override any field. */
 export const chatModel = (overrides: Partial<Model> = {}): Model => ({
@@ -58,3 +60,15 @@ export const TEST_HEALTH_POLICY: HealthPolicy = {
   cooldownMs: 10_000,
   maxCooldownMs: 40_000,
 };
+
+/**
+ * A function configuration as a Lambda's environment gives it: every table and the settlement queue named (nothing
+ * is reached unless a test points a client somewhere), logs silent; `env` adds or overrides variables.
+ */
+export const functionConfig = (env: Readonly<Record<string, string>> = {}): Config =>
+  loadConfig({
+    ...Object.fromEntries(Object.values(tables).map((t) => [t.envVar, `t-${t.envVar}`])),
+    SETTLEMENT_QUEUE_URL: 'http://127.0.0.1:9/000000000000/settlement',
+    LOG_LEVEL: 'silent',
+    ...env,
+  });

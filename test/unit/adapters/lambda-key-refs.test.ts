@@ -1,11 +1,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { UpstreamFailure } from '#core/fallback.ts';
-import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
-import { tables } from '#lib/resources.ts';
-import { deployment } from '../../support/fixtures.ts';
+import { deployment, functionConfig } from '../../support/fixtures.ts';
 
 /**
  * A Lambda instance's container (no environment handed in for key references) must not resolve `env:` keys:
@@ -29,17 +27,14 @@ beforeAll(async () => {
   process.env.SVC_TEST_ROLE_SECRET = SECRET;
 });
 
+beforeEach(() => {
+  authorizations.length = 0;
+});
+
 afterAll(async () => {
   delete process.env.SVC_TEST_ROLE_SECRET;
   await new Promise((resolve) => upstream.close(resolve));
 });
-
-const config = () =>
-  loadConfig({
-    ...Object.fromEntries(Object.values(tables).map((t) => [t.envVar, `t-${t.envVar}`])),
-    SETTLEMENT_QUEUE_URL: 'http://127.0.0.1:9/000000000000/settlement',
-    LOG_LEVEL: 'silent',
-  });
 
 const call = (keyRef: string) => ({
   deployment: deployment({ baseUrl, keyRefs: [keyRef] }),
@@ -51,7 +46,7 @@ const call = (keyRef: string) => ({
 
 describe('env: key references', () => {
   it('are refused by a Lambda instance’s container: the upstream is never called with the variable', async () => {
-    const container = createContainer(config());
+    const container = createContainer(functionConfig());
     try {
       const chat = container.provider('openai-compatible', 'chat');
       const failure = await chat.complete(call('env:SVC_TEST_ROLE_SECRET')).catch((error: unknown) => error);
@@ -64,7 +59,7 @@ describe('env: key references', () => {
   });
 
   it('resolve from the environment the local host hands in', async () => {
-    const container = createContainer(config(), { env: { LOCAL_KEY: 'sim-key' } });
+    const container = createContainer(functionConfig(), { env: { LOCAL_KEY: 'sim-key' } });
     try {
       const chat = container.provider('openai-compatible', 'chat');
       await expect(chat.complete(call('env:LOCAL_KEY'))).rejects.toBeInstanceOf(UpstreamFailure);

@@ -3,11 +3,11 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STORE_CALL_TIMEOUTS } from '#adapters/aws-clients.ts';
 import { ServiceUnavailableError } from '#core/errors.ts';
-import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
 import { createUsageReportDeps } from '#functions/usage-report.ts';
-import { buckets, tables } from '#lib/resources.ts';
+import { buckets } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
+import { functionConfig } from '../../support/fixtures.ts';
 
 /**
  * A store that takes connections and never answers (a network black hole, a brown-out) must not hold requests
@@ -39,11 +39,7 @@ afterAll(async () => {
 
 describe('a store that never answers', () => {
   it('gets a 503 for the request within its attempts × the per-attempt limit, not a hang', async () => {
-    const config = loadConfig({
-      ...Object.fromEntries(Object.values(tables).map((t) => [t.envVar, `t-${t.envVar}`])),
-      SETTLEMENT_QUEUE_URL: `${endpoint}/000000000000/settlement`,
-      LOG_LEVEL: 'silent',
-    });
+    const config = functionConfig({ SETTLEMENT_QUEUE_URL: `${endpoint}/000000000000/settlement` });
     const container = createContainer(config, { aws: { dynamodb: localClientConfig(endpoint) } });
     const started = performance.now();
     try {
@@ -62,11 +58,9 @@ describe('a store that never answers', () => {
   }, 40_000);
 
   it('ends the usage report’s store and bucket calls too, instead of holding the run to its timeout', async () => {
-    const config = loadConfig({
-      ...Object.fromEntries(Object.values(tables).map((t) => [t.envVar, `t-${t.envVar}`])),
+    const config = functionConfig({
       [buckets.site.envVar]: 'site',
       SETTLEMENT_QUEUE_URL: `${endpoint}/000000000000/settlement`,
-      LOG_LEVEL: 'silent',
     });
     const before = accepted;
     const deps = createUsageReportDeps(config, {
