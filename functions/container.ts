@@ -28,6 +28,7 @@ import { HealthBoard } from '#core/health.ts';
 import type { AudioProbe, Clock, Random, SettlementSink, Sleep, TokenCounter } from '#core/ports.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { AdapterName } from '#core/registry.ts';
+import { cachedTokenCounter } from '#core/token-count-cache.ts';
 import type { PriceSource, ProviderAdapter } from '#core/upstream.ts';
 import { type Config, loadConfig } from './config.ts';
 
@@ -83,6 +84,12 @@ export interface ContainerOptions {
   /** Local host only: instruments the DynamoDB client (its stand-in for the functions' IAM grants). */
   readonly onDynamoClient?: (client: DynamoDBClient) => void;
 }
+
+/**
+ * Characters of message text whose token counts an instance remembers (token-count-cache.ts): at most ~4 MB of
+ * strings beside the tokenizer's ~100 MB of tables, enough for a few hundred long system prompts and chat histories.
+ */
+const TOKEN_COUNT_CACHE_CHARS = 2_000_000;
 
 export const createContainer = (config: Config, options: ContainerOptions = {}): Container => {
   const log = createLogger(config.logLevel);
@@ -166,7 +173,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     log,
     clock,
     random,
-    tokens: o200kTokenCounter,
+    tokens: cachedTokenCounter(o200kTokenCounter, TOKEN_COUNT_CACHE_CHARS),
     audio: musicMetadataProbe,
     registry,
     registryStore,

@@ -1,9 +1,12 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { type DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import type { ApiKeyRecord, KeyStore } from '#core/ports.ts';
 
-/** SHA-256 hex of a whole API key: the only form in which keys are stored. */
-export const hashKey = (key: string): string => createHash('sha256').update(key).digest('hex');
+/**
+ * SHA-256 hex of a whole API key: the only form in which keys are stored. Every request hashes its key; the one-shot
+ * `hash` costs less than half of a `createHash` object's update and digest.
+ */
+export const hashKey = (key: string): string => hash('sha256', key, 'hex');
 
 /**
  * Key items in the accounts table:
