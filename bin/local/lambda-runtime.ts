@@ -81,7 +81,7 @@ export class LambdaResponseStream extends Writable {
       atOnce = this.#sendNextAtOnce;
       this.#sendNextAtOnce = false;
     }
-    if (atOnce || this.#heldBytes >= this.writableHighWaterMark) this.#release(callback);
+    if (atOnce || this.#heldBytes >= this.writableHighWaterMark) this.#release(callback, atOnce);
     else callback();
   }
 
@@ -123,10 +123,17 @@ export class LambdaResponseStream extends Writable {
     return bytes;
   }
 
-  /** Writes the held bytes; `callback` (if any) waits for the socket to drain when it is backed up. */
-  #release(callback: ((error?: Error | null) => void) | null): void {
+  /**
+   * Writes the held bytes; `callback` (if any) waits for the socket to drain when it is backed up. `now` hands them
+   * to the kernel at once: Node's ServerResponse corks its socket on a write and uncorks it on the next tick, and
+   * the next tick comes only once the microtask queue is empty — where the relay of the events that arrived with
+   * an event stream's first one runs, so that first event would leave with the last of them. (Node's own uncork
+   * on the next tick then finds nothing corked.)
+   */
+  #release(callback: ((error?: Error | null) => void) | null, now = false): void {
     const bytes = this.#takeHeld();
     if (bytes) this.#res.write(bytes);
+    if (now) this.#res.socket?.uncork();
     if (!callback) return;
     if (this.#res.writableNeedDrain) this.#res.once('drain', () => callback());
     else callback();

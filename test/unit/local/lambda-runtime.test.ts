@@ -1,4 +1,5 @@
-import type { ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { installLambdaGlobals, isStreamingHandler, LambdaResponseStream } from '#local/lambda-runtime.ts';
 
@@ -108,6 +109,35 @@ describe('the local response stream', () => {
     await finish(stream);
     expect(calls).toEqual(['data: 1\n\n', 'data: 2\n\ndata: [DONE]\n\n']);
     expect(sent.body).toBe('data: 1\n\ndata: 2\n\ndata: [DONE]\n\n');
+  });
+
+  it('hands an event stream’s first event to the kernel at once, before the microtasks relaying the rest have run', async () => {
+    // Node's ServerResponse corks its socket on a write until the next tick, which waits for the microtask queue
+    // to empty — and the relay of events that arrived together runs there. Measured on a real socket: the bytes
+    // Node still holds right after the first event's write.
+    let heldAfterFirst = -1;
+    const server = createServer((_req, res) => {
+      const stream = HttpResponseStream.from(new LambdaResponseStream(res), {
+        statusCode: 200,
+        headers: { 'content-type': 'text/event-stream' },
+      });
+      void (async () => {
+        stream.write('data: 1\n\n');
+        heldAfterFirst = res.socket?.writableLength ?? -1;
+        await Promise.resolve();
+        stream.write('data: 2\n\n');
+        stream.end();
+      })();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const reply = await fetch(`http://127.0.0.1:${port}/`);
+      expect(await reply.text()).toBe('data: 1\n\ndata: 2\n\n');
+      expect(heldAfterFirst).toBe(0);
+    } finally {
+      server.close();
+    }
   });
 
   it('holds a JSON body to the end of the turn: head, body and end leave together', async () => {
