@@ -136,6 +136,7 @@ describe('the local response stream', () => {
       expect(await reply.text()).toBe('data: 1\n\ndata: 2\n\n');
       expect(heldAfterFirst).toBe(0);
     } finally {
+      server.closeAllConnections();
       server.close();
     }
   });
