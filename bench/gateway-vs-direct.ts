@@ -227,7 +227,7 @@ interface Settings {
   /** Load on each gateway before the first scenario (JIT warm-up of the gateway and of DynamoDB Local's JVM). */
   readonly stackWarmupMs: number;
   readonly quick: boolean;
-  /** Measure the bare reference proxy too (--floor). */
+  /** Measure the two references too (--floor): the bare proxy and the bare handler. */
   readonly floor: boolean;
   readonly scenarios: readonly Scenario[];
 }

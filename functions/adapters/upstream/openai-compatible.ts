@@ -163,7 +163,7 @@ class RelayedStream implements ChatStream {
     if (!this.#started) {
       this.#started = true;
       if (this.#choices > 1) this.#unopened = new Set(Array.from({ length: this.#choices }, (_, i) => i));
-      opening = this.#unopened ? openingOfChoices(event.data, this.#unopened) : openingChunk(event.data, 1);
+      opening = this.#unopened ? openingOfChoices(event.data, this.#unopened) : openingChunk(event.data);
     } else if (this.#unopened && !event.usageOnly) {
       opening = openingOfChoices(event.data, this.#unopened, false);
     }
@@ -221,10 +221,10 @@ class RelayedStream implements ChatStream {
  * first text in one chunk, or never send a role, and a client that builds the reply from the first chunk's role
  * (or checks the first chunk) would then see none. OpenAI's own opening of a tool-call reply — role, `content:
  * null` and the call's name — has no text either, and stays as it is. The chunk made here is OpenAI's opening:
- * the first chunk's id, creation time and model, the role and empty content for each of its choices (each of the
- * `choices` the call asked for, when it has none).
+ * the first chunk's id, creation time and model, the role and empty content for each of its choices (choice 0, when
+ * it has none). For a stream of one choice; with n > 1 each choice is opened as it comes (`openingOfChoices`).
  */
-export const openingChunk = (data: string, choices: number): string | null => {
+export const openingChunk = (data: string): string | null => {
   // OpenAI's own opening, without a parse: that delta whole (nothing else in it but a null refusal), and the only one.
   const at = data.indexOf(OPENING_DELTA);
   if (at !== -1 && data.indexOf('"delta":', at + 1) === -1) {
@@ -234,19 +234,16 @@ export const openingChunk = (data: string, choices: number): string | null => {
   const chunk = JSON.parse(data) as Record<string, unknown>;
   const list = Array.isArray(chunk.choices) ? (chunk.choices as unknown[]) : [];
   if (list.length > 0 && list.every(opensChoice)) return null;
-  const indices =
-    list.length > 0
-      ? [...new Set(list.map((c) => (c as { index?: unknown } | null)?.index))].filter(
-          (i): i is number => typeof i === 'number',
-        )
-      : Array.from({ length: choices }, (_, i) => i);
+  const indices = [...new Set(list.map((c) => (c as { index?: unknown } | null)?.index))].filter(
+    (i): i is number => typeof i === 'number',
+  );
   return openingOf(chunk, indices);
 };
 
 /**
  * With n > 1 (OpenAI opens each choice with its own chunk): the opening of the choices in `unopened` that this chunk
  * is the first to carry and that do not open themselves, else null. Every choice the chunk carries leaves
- * `unopened`. A first chunk that carries no choice at all (a usage report first) opens them all, as `openingChunk`.
+ * `unopened`. A first chunk that carries no choice at all (a usage report first) opens them all.
  */
 export const openingOfChoices = (data: string, unopened: Set<number>, first = true): string | null => {
   const chunk = JSON.parse(data) as Record<string, unknown>;

@@ -8,8 +8,8 @@ const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, mo
 const chunk = (choices: object[], extra: object = {}) => JSON.stringify({ ...base, ...extra, choices });
 const choice = (delta: object, index = 0) => ({ index, delta, logprobs: null, finish_reason: null });
 
-const opening = (data: string, n = 1) => {
-  const made = openingChunk(data, n);
+const opening = (data: string) => {
+  const made = openingChunk(data);
   return made === null ? null : (JSON.parse(made) as Record<string, unknown>);
 };
 const indicesOf = (made: Record<string, unknown> | null) =>
@@ -47,20 +47,6 @@ describe('the opening chunk of a relayed stream', () => {
       opening(chunk([choice({ role: 'assistant', content: '', reasoning_content: 'Hm' })])),
     ).not.toBeNull();
   });
-
-  it('opens each choice the first chunk carries, or each the call asked for when it carries none', () => {
-    const two = opening(
-      chunk([choice({ role: 'assistant', content: 'A' }, 0), choice({ content: 'B' }, 1)]),
-      2,
-    );
-    expect(indicesOf(two)).toEqual([0, 1]);
-    const usageFirst = opening(
-      chunk([], { usage: { prompt_tokens: 1, completion_tokens: 0, total_tokens: 1 } }),
-      3,
-    );
-    expect(indicesOf(usageFirst)).toEqual([0, 1, 2]);
-    expect(usageFirst).not.toHaveProperty('usage');
-  });
 });
 
 describe('with several choices (n > 1), the opening of each choice', () => {
@@ -90,6 +76,24 @@ describe('with several choices (n > 1), the opening of each choice', () => {
     );
     expect(indicesOf(parsed(made))).toEqual([1]);
     expect([...unopened]).toEqual([2]);
+  });
+
+  it('opens each choice the first chunk carries, or each the call asked for when it carries none', () => {
+    const two = parsed(
+      openingOfChoices(
+        chunk([choice({ role: 'assistant', content: 'A' }, 0), choice({ content: 'B' }, 1)]),
+        track(2),
+      ),
+    );
+    expect(indicesOf(two)).toEqual([0, 1]);
+    const usageFirst = parsed(
+      openingOfChoices(
+        chunk([], { usage: { prompt_tokens: 1, completion_tokens: 0, total_tokens: 1 } }),
+        track(3),
+      ),
+    );
+    expect(indicesOf(usageFirst)).toEqual([0, 1, 2]);
+    expect(usageFirst).not.toHaveProperty('usage');
   });
 
   it('opens them all before a first chunk without choices, and waits for them after it', () => {
