@@ -54,6 +54,20 @@ describe('cachedTokenCounter', () => {
     expect(asked).toEqual([b]);
   });
 
+  it('when every text it holds was used since the last pass, forgets the oldest of them', () => {
+    const { counter, asked } = recordingCounter();
+    // Room for three 250-character texts with their allowance.
+    const cached = cachedTokenCounter(counter, 1_000);
+    const [a, b, c, d] = [text(250, 'a'), text(250, 'b'), text(250, 'c'), text(250, 'd')];
+    for (const t of [a, b, c, a, b, c]) cached.count(t);
+    cached.count(d); // a, b and c are all in use: a, the oldest, goes
+    asked.length = 0;
+    for (const t of [b, c, d]) cached.count(t);
+    expect(asked).toEqual([]);
+    cached.count(a);
+    expect(asked).toEqual([a]);
+  });
+
   it('counts a text larger than its budget every time, and keeps what it held', () => {
     const { counter, asked } = recordingCounter();
     const cached = cachedTokenCounter(counter, 1_000);
