@@ -24,16 +24,20 @@ export interface UpstreamResponse {
   readonly body: UpstreamBody;
 }
 
-/** A body read whole before the response was handed over. */
-class WholeBody implements UpstreamBody {
-  readonly #bytes: Buffer;
+/**
+ * A body read whole before the response was handed over. `bytes` is there to be taken without iterating: an
+ * async generator and its promises per call are garbage that a young-generation collection has to copy when it
+ * finds them still referenced, and the non-stream path reads every body this way.
+ */
+export class WholeBody implements UpstreamBody {
+  readonly bytes: Buffer;
 
   constructor(bytes: Buffer) {
-    this.#bytes = bytes;
+    this.bytes = bytes;
   }
 
   async *[Symbol.asyncIterator](): AsyncGenerator<Buffer, void, undefined> {
-    if (this.#bytes.length > 0) yield this.#bytes;
+    if (this.bytes.length > 0) yield this.bytes;
   }
 
   destroy(): void {}

@@ -2,7 +2,7 @@ import { UpstreamFailure } from '#core/fallback.ts';
 import type { Deployment } from '#core/registry.ts';
 import type { UpstreamTarget } from '#core/upstream.ts';
 import type { UpstreamConfig } from '#functions/config.ts';
-import { transportFailure, type UpstreamHttp, type UpstreamResponse } from './http.ts';
+import { transportFailure, type UpstreamHttp, type UpstreamResponse, WholeBody } from './http.ts';
 import type { KeyRing } from './key-ring.ts';
 
 export interface OpenAiPost {
@@ -98,6 +98,10 @@ export class OpenAiHttp {
  * deployment); one larger than any sane reply is a protocol fault.
  */
 export const readAll = async (response: UpstreamResponse, limitBytes: number): Promise<Buffer> => {
+  if (response.body instanceof WholeBody) {
+    if (response.body.bytes.length <= limitBytes) return response.body.bytes;
+    throw new UpstreamFailure('protocol', `upstream body exceeds ${limitBytes} bytes`);
+  }
   const chunks: Buffer[] = [];
   let size = 0;
   try {

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clientSafe, statusFailure, UpstreamHttp } from '#adapters/upstream/http.ts';
+import { clientSafe, statusFailure, UpstreamHttp, WholeBody } from '#adapters/upstream/http.ts';
 import { readAll, readJsonObject } from '#adapters/upstream/openai-http.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 
@@ -69,6 +69,20 @@ describe('UpstreamHttp.postWhole', () => {
     expect(response.headers['x-upstream']).toBe('yes');
     expect(await readJsonObject(response, 1024)).toEqual({ echo: '{"q":1}' });
     expect((await readAll(response, 1024)).toString()).toBe('{"echo":"{\\"q\\":1}"}');
+  });
+
+  it("hands a whole body over as it was read (no copy, no iteration), still held to the reader's own limit", async () => {
+    const response = await post('/big');
+    const body = response.body as WholeBody;
+    expect(body).toBeInstanceOf(WholeBody);
+    // Iterating would give the same bytes; readAll takes them as they are.
+    body[Symbol.asyncIterator] = () => {
+      throw new Error('iterated');
+    };
+    expect(await readAll(response, 1 << 20)).toBe(body.bytes);
+    const error = await readAll(response, 1024).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UpstreamFailure);
+    expect(error).toMatchObject({ kind: 'protocol' });
   });
 
   it('fails as a protocol fault past the size limit', async () => {
