@@ -11,9 +11,10 @@ import type { TokenCounter } from './ports.ts';
  * same system prompt with every call. A hit costs a hash lookup of the text instead.
  *
  * A hit only flags its entry. Keeping exact least-recently-used order meant deleting and re-inserting the text on
- * every hit, and V8 reallocates a map's table on such a delete: a long-lived map's new tables outlive young
- * collections, and they were a third of all the bytes the gateway promoted to the old generation (sampling heap
- * profiler, 16 clients on loopback), which is what major collections then pause for.
+ * every hit, and V8 reallocates a map's table as deletions pile up (a small map's at every delete): a long-lived
+ * map's new tables outlive young collections. In one sampling heap profile of the gateway (16 clients on
+ * loopback) they were a third of the bytes it promoted to the old generation, which major collections then pause
+ * for.
  *
  * The texts are kept as the keys (a hash of them would cost as much as the lookup it saves); they stay in this
  * instance's memory only, and no more than `budgetChars` of them (plus a per-entry allowance for the map's own
