@@ -37,35 +37,37 @@ describe('cachedTokenCounter', () => {
     expect(asked).toEqual([prompt]);
   });
 
-  it('keeps no more characters than its budget, forgetting the least recently used first', () => {
+  /** Asserts that `kept` are answered from memory and `forgotten` is counted again. */
+  const expectKept = (
+    { cached, asked }: { cached: TokenCounter; asked: string[] },
+    kept: readonly string[],
+    forgotten: string,
+  ) => {
+    asked.length = 0;
+    for (const t of kept) cached.count(t);
+    expect(asked).toEqual([]);
+    cached.count(forgotten);
+    expect(asked).toEqual([forgotten]);
+  };
+
+  it('keeps no more characters than its budget, forgetting first a text not used again', () => {
     const { counter, asked } = recordingCounter();
     // Room for two 400-character texts with their allowance, not three.
     const cached = cachedTokenCounter(counter, 1_000);
     const [a, b, c] = [text(400, 'a'), text(400, 'b'), text(400, 'c')];
-    cached.count(a);
-    cached.count(b);
-    cached.count(a); // a is now the most recently used
+    for (const t of [a, b, a]) cached.count(t); // a is used again
     cached.count(c); // b goes
-    asked.length = 0;
-    cached.count(a);
-    cached.count(c);
-    expect(asked).toEqual([]);
-    cached.count(b);
-    expect(asked).toEqual([b]);
+    expectKept({ cached, asked }, [a, c], b);
   });
 
-  it('when every text it holds was used since the last pass, forgets the oldest of them', () => {
+  it('when every text it holds is in use, forgets the oldest of them, not the newcomer', () => {
     const { counter, asked } = recordingCounter();
     // Room for three 250-character texts with their allowance.
     const cached = cachedTokenCounter(counter, 1_000);
     const [a, b, c, d] = [text(250, 'a'), text(250, 'b'), text(250, 'c'), text(250, 'd')];
     for (const t of [a, b, c, a, b, c]) cached.count(t);
     cached.count(d); // a, b and c are all in use: a, the oldest, goes
-    asked.length = 0;
-    for (const t of [b, c, d]) cached.count(t);
-    expect(asked).toEqual([]);
-    cached.count(a);
-    expect(asked).toEqual([a]);
+    expectKept({ cached, asked }, [b, c, d], a);
   });
 
   it('counts a text larger than its budget every time, and keeps what it held', () => {
