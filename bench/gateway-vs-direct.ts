@@ -340,6 +340,11 @@ interface TargetSummary {
   readonly upstream: Distribution | null;
   /** Latency beside that call and admission: the gateway's own work and the client↔gateway hops, ms. */
   readonly beside: Distribution | null;
+  /**
+   * Latency beyond the handler's own share (Server-Timing handler): the way in and out through the host in front of
+   * it — the local Function URL host here — and the client's own work, ms.
+   */
+  readonly outside: Distribution | null;
   readonly meanResponseBytes: number;
   /** CPU time of the stack process (all its threads) per measured request, ms. */
   readonly stackCpuMsPerRequest: number | null;
@@ -478,6 +483,7 @@ const runScenario = async (
       overlapped: sum(rounds, (r) => r.admitWait.length),
       upstream: distribution(concat(rounds.map((r) => r.upstream))),
       beside: distribution(concat(rounds.map((r) => r.beside))),
+      outside: distribution(concat(rounds.map((r) => r.outside))),
       meanResponseBytes: requests > 0 ? sum(rounds, (r) => r.bytes) / requests : 0,
       stackCpuMsPerRequest: cpu === null || cpu === undefined || requests === 0 ? null : cpu / requests,
       stackCpuMsPerRequestByThread: Object.fromEntries(
@@ -689,6 +695,11 @@ const formatScenario = (result: ScenarioResult, settings: Settings): string => {
         `${admission}, the rest ${ms(t.beside.mean)} ms ` +
         `(p50 ${ms(t.beside.p50)}, p90 ${ms(t.beside.p90)}: its own work and the hops to and from the client)`,
     );
+    if (t.outside)
+      out.push(
+        `  ${' '.repeat(t.name.length + 7)} of all that, outside its handler: p50 ${ms(t.outside.p50)}, ` +
+          `p90 ${ms(t.outside.p90)} ms (the way in and out through the local host, and the client)`,
+      );
   }
   for (const t of result.targets) {
     const parts = Object.entries(t.stackCpuMsPerRequestByThread)

@@ -84,6 +84,11 @@ export interface RoundResult {
    * two hops between this client and the gateway.
    */
   readonly beside: Samples;
+  /**
+   * Per non-stream request: what the client waited beyond the handler's own share (`Server-Timing: handler;dur=…`,
+   * from the handler taking the call to its response starting) — the way in and out through the function's host.
+   */
+  readonly outside: Samples;
 }
 
 const DATA = Buffer.from('data:');
@@ -103,6 +108,7 @@ class Round {
   readonly admitWait = new Samples(16_384);
   readonly upstream = new Samples(16_384);
   readonly beside = new Samples(16_384);
+  readonly outside = new Samples(16_384);
   requests = 0;
   completedInWindow = 0;
   errors = 0;
@@ -156,6 +162,7 @@ class Worker implements Dispatcher.DispatchHandler {
   #admitMs = -1;
   #admitWaitMs = -1;
   #upstreamMs = -1;
+  #handlerMs = -1;
 
   constructor(round: Round) {
     this.#round = round;
@@ -176,6 +183,7 @@ class Worker implements Dispatcher.DispatchHandler {
     this.#admitMs = -1;
     this.#admitWaitMs = -1;
     this.#upstreamMs = -1;
+    this.#handlerMs = -1;
     this.#start = performance.now();
     round.pool.dispatch(round.options, this);
   }
@@ -193,6 +201,7 @@ class Worker implements Dispatcher.DispatchHandler {
       this.#admitMs = timingEntry(timing, 'admit');
       this.#admitWaitMs = timingEntry(timing, 'admit-wait');
       this.#upstreamMs = timingEntry(timing, 'upstream');
+      this.#handlerMs = timingEntry(timing, 'handler');
     }
     for (const [name, value] of this.#round.expect) {
       if (headers[name] !== value)
@@ -230,6 +239,7 @@ class Worker implements Dispatcher.DispatchHandler {
         const admitted = this.#admitWaitMs >= 0 ? this.#admitWaitMs : Math.max(0, this.#admitMs);
         round.beside.push(end - this.#start - this.#upstreamMs - admitted);
       }
+      if (this.#handlerMs >= 0 && !round.stream) round.outside.push(end - this.#start - this.#handlerMs);
     }
     queueMicrotask(this.#next);
   }
@@ -266,6 +276,7 @@ export const runRound = (endpoint: Endpoint, options: RoundOptions): Promise<Rou
         admitWait: round.admitWait,
         upstream: round.upstream,
         beside: round.beside,
+        outside: round.outside,
       }),
     );
     for (let i = 0; i < options.concurrency; i++) new Worker(round).send();

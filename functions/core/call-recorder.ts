@@ -55,6 +55,8 @@ export class CallRecorder {
    */
   firstByteBy: number | null = null;
   #firstByteAt: number | null = null;
+  /** When the handler took the call, to the clock's precision (`receivedAt` is whole milliseconds). */
+  readonly #startedAt: number;
   #unread: (() => void) | null = null;
   #end: { outcome: Outcome; status: number; usage: Usage | null; fault: Fault | null } | null = null;
 
@@ -63,7 +65,8 @@ export class CallRecorder {
     this.requestId = requestId;
     this.#clock = clock;
     // Whole milliseconds: it orders the ledger and names the day of the usage aggregates.
-    this.receivedAt = Math.floor(clock.now());
+    this.#startedAt = clock.now();
+    this.receivedAt = Math.floor(this.#startedAt);
   }
 
   admitted(admitted: Admitted): void {
@@ -81,6 +84,10 @@ export class CallRecorder {
     if (this.admissionMs !== null) parts.push(`admit;dur=${this.admissionMs.toFixed(2)}`);
     if (this.admissionWaitMs !== null) parts.push(`admit-wait;dur=${this.admissionWaitMs.toFixed(2)}`);
     if (this.upstreamMs !== null) parts.push(`upstream;dur=${this.upstreamMs.toFixed(2)}`);
+    // The handler's whole share, up to the response's start: what the client waited beyond it is the way in and out
+    // (the Function URL or API Gateway in front, the network), which no other entry shows.
+    if (this.#firstByteAt !== null)
+      parts.push(`handler;dur=${(this.#firstByteAt - this.#startedAt).toFixed(2)}`);
     return parts.length > 0 ? parts.join(', ') : null;
   }
 

@@ -16,8 +16,8 @@ beforeAll(async () => {
           'content-type': stream ? 'text/event-stream' : 'application/json',
           'server-timing':
             req.url === '/overlap'
-              ? 'admit;dur=1.50, admit-wait;dur=0.25, upstream;dur=2.25'
-              : 'admit;dur=1.50, upstream;dur=2.25',
+              ? 'admit;dur=1.50, admit-wait;dur=0.25, upstream;dur=2.25, handler;dur=3.00'
+              : 'admit;dur=1.50, upstream;dur=2.25, handler;dur=4.00',
         });
         res.end(stream ? 'data: {}\n\ndata: [DONE]\n\n' : '{}');
       }, 5),
@@ -48,6 +48,10 @@ describe('bench load rounds read the gateway’s Server-Timing', () => {
     // The rest: what the client waited beyond both reported durations.
     for (const [i, beside] of [...result.beside.view()].entries())
       expect(beside).toBeCloseTo((latency[i] as number) - 3.75, 6);
+    // Outside the handler: what the client waited beyond the handler's whole share.
+    const outside = [...result.outside.view()];
+    expect(outside).toHaveLength(latency.length);
+    for (const [i, value] of outside.entries()) expect(value).toBeCloseTo((latency[i] as number) - 4, 6);
   });
 
   it('counts only the wait for the hold when the upstream call ran beside admission', async () => {
@@ -67,5 +71,6 @@ describe('bench load rounds read the gateway’s Server-Timing', () => {
     expect(result.admit.length).toBe(result.requests);
     expect(result.upstream.length).toBe(0);
     expect(result.beside.length).toBe(0);
+    expect(result.outside.length).toBe(0);
   });
 });
