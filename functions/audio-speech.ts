@@ -23,20 +23,20 @@ export const createHandler = (container: () => Container) =>
     };
     // Resolves with the first audio bytes in hand (and the call admitted): every failure before them may still
     // fall back. Audio opened for a call then refused is closed unread.
-    const audio = await c.gateway.admitAndRoute(
-      admission,
+    const audio = await c.gateway.admitAndRoute({
+      request: admission,
       resolved,
       call,
-      true,
-      (deployment, keyIndex, signal) =>
+      cycleKeys: true,
+      attempt: (deployment, keyIndex, signal) =>
         c.provider(deployment.adapter, 'speech').speak({
           deployment,
           keyIndex,
           signal,
           body: upstreamSpeechBody(request, deployment.upstreamModel),
         }),
-      (opened) => opened.close(),
-    );
+      discard: (opened) => opened.close(),
+    });
     return {
       statusCode: 200,
       headers: { 'content-type': SPEECH_FORMATS[request.response_format ?? 'mp3'] },

@@ -28,12 +28,12 @@ export const createHandler = (container: () => Container) =>
       estimatedTokens: 0,
       holdAmount: costOf(resolved.model, transcriptionUsage(audio.durationMs)),
     };
-    const reply = await c.gateway.admitAndRoute(
-      admission,
+    const reply = await c.gateway.admitAndRoute({
+      request: admission,
       resolved,
       call,
-      true,
-      async (deployment, keyIndex, signal) => {
+      cycleKeys: true,
+      attempt: async (deployment, keyIndex, signal) => {
         const upstream = await c.provider(deployment.adapter, 'transcriptions').transcribe({
           deployment,
           keyIndex,
@@ -43,7 +43,7 @@ export const createHandler = (container: () => Container) =>
         });
         return transcriptionBody(request.response_format, upstream.body, audio.durationMs);
       },
-    );
+    });
     // The hold covered our measure; a provider's clearly longer decode is billed above it (ARCHITECTURE.md §7:
     // a cost above its hold is still debited).
     call.succeeded(transcriptionUsage(reply.audioMs));

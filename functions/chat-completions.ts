@@ -38,10 +38,14 @@ export const createHandler = (container: () => Container) =>
       clientWantsUsage: prepared.clientWantsUsage,
     });
 
+    const billed = { request: admission, resolved, call };
+
     if (!prepared.stream) {
-      const result = await c.gateway.admitAndRoute(admission, resolved, call, true, (d, k, signal) =>
-        c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
-      );
+      const result = await c.gateway.admitAndRoute({
+        ...billed,
+        cycleKeys: true,
+        attempt: (d, k, signal) => c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
+      });
       const reported = result.usage && withinCompletionLimit(result.usage, completionTokens);
       const usage = reported ?? estimatedUsage(prepared, result, c);
       call.succeeded(usage);
@@ -59,14 +63,12 @@ export const createHandler = (container: () => Container) =>
     }
     // Resolves once the first upstream event is in hand (and the call admitted): every failure before that may
     // still fall back. A stream opened for a call then refused is closed unread.
-    const stream = await c.gateway.admitAndRoute(
-      admission,
-      resolved,
-      call,
-      false,
-      (d, k, signal) => c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
-      (opened) => opened.close(),
-    );
+    const stream = await c.gateway.admitAndRoute({
+      ...billed,
+      cycleKeys: false,
+      attempt: (d, k, signal) => c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
+      discard: (opened) => opened.close(),
+    });
     return {
       statusCode: 200,
       headers: SSE_HEADERS,

@@ -27,12 +27,12 @@ export const createHandler = (container: () => Container) =>
       // Input tokens are all an embedding costs; the estimate is the upstream's count with our tokenizer.
       holdAmount: costOf(resolved.model, embeddingsUsage(prepared, null)),
     };
-    const result = await c.gateway.admitAndRoute(
-      admission,
+    const result = await c.gateway.admitAndRoute({
+      request: admission,
       resolved,
       call,
-      true,
-      async (deployment, keyIndex, signal) => {
+      cycleKeys: true,
+      attempt: async (deployment, keyIndex, signal) => {
         const reply = await c.provider(deployment.adapter, 'embeddings').embed({
           deployment,
           keyIndex,
@@ -42,7 +42,7 @@ export const createHandler = (container: () => Container) =>
         checkVectors(prepared, reply.vectors);
         return reply;
       },
-    );
+    });
     const usage = embeddingsUsage(prepared, result.promptTokens);
     call.succeeded(usage);
     return {

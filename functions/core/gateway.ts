@@ -16,6 +16,20 @@ import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
 import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
 
+/** A billed call, as `Gateway.admitAndRoute` takes it. */
+export interface BilledCall<T> {
+  /** What admission checks and holds: the limits' estimate and the wallet's worst case. */
+  readonly request: AdmissionRequest;
+  readonly resolved: Resolved;
+  readonly call: CallRecorder;
+  /** Whether an upstream fault is retried with the deployment's next key (non-stream calls, spec §7). */
+  readonly cycleKeys: boolean;
+  /** One upstream call; it must pass `signal` on (see `Gateway.route`). */
+  readonly attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>;
+  /** Releases what the route produced for a call then refused admission (an open stream); nothing by default. */
+  readonly discard?: (value: T) => void;
+}
+
 export interface GatewayDeps {
   readonly authenticator: Authenticator;
   /** Null only when the local host runs with metering off (benchmark comparison). */
@@ -105,14 +119,8 @@ export class Gateway {
    * produced (an open stream); the client gets the refusal, as it would have without the overlap. A route that
    * fails first still waits for the admission, so that its hold is on the call for settlement to release.
    */
-  async admitAndRoute<T>(
-    request: AdmissionRequest,
-    resolved: Resolved,
-    call: CallRecorder,
-    cycleKeys: boolean,
-    attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>,
-    discard: (value: T) => void = () => {},
-  ): Promise<T> {
+  async admitAndRoute<T>(billed: BilledCall<T>): Promise<T> {
+    const { request, resolved, call, cycleKeys, attempt, discard = () => {} } = billed;
     const { admission, clock } = this.#deps;
     if (!admission || !call.principal || !admission.expects(call.principal, request)) {
       await this.#admit(request, call);

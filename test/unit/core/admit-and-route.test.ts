@@ -5,7 +5,7 @@ import type { Authenticator } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { InsufficientBalanceError, ServiceUnavailableError, UpstreamFaultError } from '#core/errors.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
-import { Gateway } from '#core/gateway.ts';
+import { type BilledCall, Gateway } from '#core/gateway.ts';
 import { HealthBoard } from '#core/health.ts';
 import type { Catalog } from '#core/registry.ts';
 import { chatModel, deployment, manualClock, TEST_HEALTH_POLICY, trustedAccounts } from '#test/fixtures.ts';
@@ -82,12 +82,19 @@ const setup = () => {
     estimatedTokens,
     holdAmount: 1_000,
   });
+  /** `c` admitted (with `request(c)` unless `more` says otherwise) and routed to `attempt`, keys cycled. */
+  const admitAndRoute = <T>(
+    c: CallRecorder,
+    attempt: BilledCall<T>['attempt'],
+    more: Partial<BilledCall<T>> = {},
+  ): Promise<T> =>
+    gateway.admitAndRoute({ request: request(c), resolved, call: c, cycleKeys: true, attempt, ...more });
   /** Upstream calls as they start, by label. */
   const upstream: string[] = [];
   /** A call of `principal` whose upstream answers `value` at once, noting `label` when it starts. */
   const serve = <T = string>(principal = PRINCIPAL, value: T = 'answer' as T, label = 'upstream') => {
     const c = call(principal);
-    const served = gateway.admitAndRoute(request(c), resolved, c, true, async () => {
+    const served = admitAndRoute(c, async () => {
       upstream.push(label);
       return value;
     });
@@ -96,7 +103,7 @@ const setup = () => {
   /** One call admitted straight away, so that the instance remembers the account. */
   const warm = async (principal = PRINCIPAL) => {
     const c = call(principal);
-    await gateway.admitAndRoute(request(c), resolved, c, true, async () => 'warm');
+    await admitAndRoute(c, async () => 'warm');
   };
   const answer = async (result: AdmitResult | Error) => {
     // The admission reaches the store a few microtasks after it is asked for.
@@ -110,7 +117,7 @@ const setup = () => {
    * `result`: what the call then threw ('admitted' if nothing).
    */
   const refusedBy = async (result: AdmitResult | Error, c = call(), req = request(c)): Promise<unknown> => {
-    const outcome = gateway.admitAndRoute(req, resolved, c, true, hanging([])).then(
+    const outcome = admitAndRoute(c, hanging([]), { request: req }).then(
       () => 'admitted',
       (error: unknown) => error,
     );
@@ -121,6 +128,7 @@ const setup = () => {
     instant = ready;
   };
   return {
+    admitAndRoute,
     clock,
     gateway,
     admission,
@@ -192,12 +200,12 @@ describe('admission beside routing', () => {
   });
 
   it('cancels the route of a call the store refuses, counts nothing against the deployment, and throws the refusal', async () => {
-    const { gateway, health, resolved, call, request, warm, answer, later } = setup();
+    const { admitAndRoute, health, call, warm, answer, later } = setup();
     await warm();
     later(false);
     const calls: string[] = [];
     const c = call();
-    const served = gateway.admitAndRoute(request(c), resolved, c, true, hanging(calls));
+    const served = admitAndRoute(c, hanging(calls));
     expect(await stateOf(served)).toBe('pending');
     expect(calls).toEqual(['upstream']);
     await answer(SHORT);
@@ -209,19 +217,15 @@ describe('admission beside routing', () => {
   });
 
   it('releases what the route already opened when the refusal comes after it', async () => {
-    const { gateway, resolved, call, request, warm, answer, later } = setup();
+    const { admitAndRoute, call, warm, answer, later } = setup();
     await warm();
     later(false);
     const discarded: string[] = [];
     const c = call();
-    const served = gateway.admitAndRoute(
-      request(c),
-      resolved,
-      c,
-      false,
-      async () => 'open stream',
-      (value) => discarded.push(value),
-    );
+    const served = admitAndRoute(c, async () => 'open stream', {
+      cycleKeys: false,
+      discard: (value) => discarded.push(value),
+    });
     expect(await stateOf(served)).toBe('pending');
     await answer(SHORT);
     await expect(served).rejects.toBeInstanceOf(InsufficientBalanceError);
@@ -230,11 +234,11 @@ describe('admission beside routing', () => {
   });
 
   it('waits for the admission when the route fails first, so that the hold is on the call to release', async () => {
-    const { gateway, resolved, call, request, warm, answer, later } = setup();
+    const { admitAndRoute, call, warm, answer, later } = setup();
     await warm();
     later(false);
     const c = call();
-    const served = gateway.admitAndRoute(request(c), resolved, c, true, async () => {
+    const served = admitAndRoute(c, async () => {
       throw new UpstreamFailure('connect', 'refused');
     });
     expect(await stateOf(served)).toBe('pending');
@@ -286,7 +290,7 @@ describe('admission beside routing', () => {
   });
 
   it('keeps a refused wallet doubted through the free or cheaper calls it can still afford', async () => {
-    const { gateway, resolved, call, serve, upstream, warm, answer, later, refusedBy } = setup();
+    const { admitAndRoute, call, serve, upstream, warm, answer, later, refusedBy } = setup();
     await warm();
     later(false);
     const big = (c: CallRecorder) => ({ requestId: c.requestId, estimatedTokens: 100, holdAmount: 50_000 });
@@ -298,10 +302,14 @@ describe('admission beside routing', () => {
     await answer({ ok: true });
     expect(await cheap).toBe('cheap');
     const paid = call();
-    const second = gateway.admitAndRoute(big(paid), resolved, paid, true, async () => {
-      upstream.push('big upstream');
-      return 'big';
-    });
+    const second = admitAndRoute(
+      paid,
+      async () => {
+        upstream.push('big upstream');
+        return 'big';
+      },
+      { request: big(paid) },
+    );
     expect(await stateOf(second)).toBe('pending');
     expect(upstream).toEqual(['cheap upstream']); // the big call waits for the store
     // It passes (a top-up came): a hold as large as the refused one is proof; the overlap is back.
@@ -315,8 +323,7 @@ describe('admission beside routing', () => {
   });
 
   it('records a call refused after its route answered as cancelled, and gives a half-open probe back untried', async () => {
-    const { gateway, health, call, request, warm, answer, later, clock } = setup();
-    const resolved = { model: chatModel(), deployments: [deployment({ id: 'a' })] };
+    const { admitAndRoute, gateway, health, call, warm, answer, later, clock } = setup();
     await warm();
     for (let i = 0; i < TEST_HEALTH_POLICY.overloadRun; i++) health.record('a', 'overloaded', 1);
     clock.advance(TEST_HEALTH_POLICY.cooldownMs);
@@ -324,7 +331,7 @@ describe('admission beside routing', () => {
     later(false);
     const c = call();
     c.stream = true;
-    const served = gateway.admitAndRoute(request(c), resolved, c, false, async () => 'first event in hand');
+    const served = admitAndRoute(c, async () => 'first event in hand', { cycleKeys: false });
     expect(await stateOf(served)).toBe('pending');
     await answer(SHORT);
     await expect(served).rejects.toBeInstanceOf(InsufficientBalanceError);
@@ -336,15 +343,14 @@ describe('admission beside routing', () => {
   });
 
   it('keeps the store doubted until an admission asked after its failure passes, and not for one account’s contention', async () => {
-    const { gateway, resolved, call, request, serve, upstream, warm, answer, later, clock, refusedBy } =
-      setup();
+    const { admitAndRoute, call, serve, upstream, warm, answer, later, clock, refusedBy } = setup();
     await warm();
     await warm(OTHER);
     later(false);
     // Asked before the store fails, answered after: it says nothing of the store since.
     const early = serve(OTHER, 'early', 'early upstream').served;
     const failing = call();
-    const failed = gateway.admitAndRoute(request(failing), resolved, failing, true, hanging([]));
+    const failed = admitAndRoute(failing, hanging([]));
     await answer({ ok: true });
     await answer(new Error('connect ECONNREFUSED'));
     expect(await early).toBe('early');
