@@ -99,7 +99,7 @@ export class UpstreamHttp {
         onResponseData: (c, chunk) => {
           size += chunk.length;
           if (size > limitBytes) {
-            c.abort(new UpstreamFailure('protocol', `upstream body exceeds ${limitBytes} bytes`));
+            c.abort(bodyTooLarge(limitBytes));
             return;
           }
           chunks.push(chunk);
@@ -146,6 +146,10 @@ const TRANSPORT_KINDS: Readonly<Record<string, FailureKind>> = {
   EPIPE: 'dropped',
   UND_ERR_CLOSED: 'dropped',
 };
+
+/** A reply larger than any sane one, read whole or in chunks: a protocol fault, not worth another key. */
+export const bodyTooLarge = (limitBytes: number): UpstreamFailure =>
+  new UpstreamFailure('protocol', `upstream body exceeds ${limitBytes} bytes`);
 
 /** Maps an undici or socket error to a routing failure. Aborts (ours) pass through unchanged. */
 export const transportFailure = (error: unknown): unknown => {

@@ -2,7 +2,13 @@ import { UpstreamFailure } from '#core/fallback.ts';
 import type { Deployment } from '#core/registry.ts';
 import type { UpstreamTarget } from '#core/upstream.ts';
 import type { UpstreamConfig } from '#functions/config.ts';
-import { transportFailure, type UpstreamHttp, type UpstreamResponse, WholeBody } from './http.ts';
+import {
+  bodyTooLarge,
+  transportFailure,
+  type UpstreamHttp,
+  type UpstreamResponse,
+  WholeBody,
+} from './http.ts';
 import type { KeyRing } from './key-ring.ts';
 
 export interface OpenAiPost {
@@ -100,7 +106,7 @@ export class OpenAiHttp {
 export const readAll = async (response: UpstreamResponse, limitBytes: number): Promise<Buffer> => {
   if (response.body instanceof WholeBody) {
     if (response.body.bytes.length <= limitBytes) return response.body.bytes;
-    throw new UpstreamFailure('protocol', `upstream body exceeds ${limitBytes} bytes`);
+    throw bodyTooLarge(limitBytes);
   }
   const chunks: Buffer[] = [];
   let size = 0;
@@ -109,14 +115,14 @@ export const readAll = async (response: UpstreamResponse, limitBytes: number): P
       size += chunk.length;
       if (size > limitBytes) {
         response.body.destroy();
-        throw new UpstreamFailure('protocol', `upstream body exceeds ${limitBytes} bytes`);
+        throw bodyTooLarge(limitBytes);
       }
       chunks.push(chunk);
     }
   } catch (error) {
     throw transportFailure(error);
   }
-  // A body read whole (non-stream calls) is one chunk already: no copy.
+  // A streamed body that came in one chunk needs no copy.
   return chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size);
 };
 
