@@ -45,8 +45,8 @@ if (
   );
 }
 // Gateway instances on the port (each its own container, as concurrent Lambda instances are). One by default:
-// on a 2-CPU machine a second one raised throughput with 64 clients a little but lengthened the p99 tail
-// with 16 (more threads than CPUs); machines with more cores may set more.
+// on a 2-CPU machine a second one lengthens the p99 tail with 16 clients (more threads than CPUs), and what it
+// gains with 64 is within the run-to-run spread (ADR 0003); machines with more cores may set more.
 const instances = Number(env.GATEWAY_INSTANCES ?? 1);
 if (!Number.isInteger(instances) || instances < 1 || instances > 64)
   fail(`GATEWAY_INSTANCES must be a whole number from 1 to 64, got "${env.GATEWAY_INSTANCES}"`);
