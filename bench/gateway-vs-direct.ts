@@ -689,15 +689,16 @@ const formatScenario = (result: ScenarioResult, settings: Settings): string => {
         ? `, admission ${ms(t.admit.mean)} ms beside it in ${pct(t.overlapped / t.requests)} of calls ` +
           `(the answer then waited ${ms(t.admitWait.mean)} ms for the hold)`
         : `, admission ${ms(t.admit.mean)} ms`;
+    const where = `  where ${t.name}'s`;
     out.push(
-      `  where ${t.name}'s time went (means): upstream call ${ms(t.upstream.mean)} ms as it timed it ` +
+      `${where} time went (means): upstream call ${ms(t.upstream.mean)} ms as it timed it ` +
         `(${direct?.name} whole call ${ms(direct?.latency?.mean)} ms)` +
         `${admission}, the rest ${ms(t.beside.mean)} ms ` +
         `(p50 ${ms(t.beside.p50)}, p90 ${ms(t.beside.p90)}: its own work and the hops to and from the client)`,
     );
     if (t.outside)
       out.push(
-        `  ${' '.repeat(t.name.length + 7)} of all that, outside its handler: p50 ${ms(t.outside.p50)}, ` +
+        `${' '.repeat(where.length - 1)} of all that, outside its handler: p50 ${ms(t.outside.p50)}, ` +
           `p90 ${ms(t.outside.p90)} ms (the way in and out through the local host, and the client)`,
       );
   }

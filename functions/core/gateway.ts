@@ -16,6 +16,9 @@ import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
 import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
 
+/** `BilledCall.discard` when a call's route produces nothing to release: one function for every call. */
+const keepAll = (): void => {};
+
 /** A billed call, as `Gateway.admitAndRoute` takes it. */
 export interface BilledCall<T> {
   /** What admission checks and holds: the limits' estimate and the wallet's worst case. */
@@ -120,7 +123,7 @@ export class Gateway {
    * fails first still waits for the admission, so that its hold is on the call for settlement to release.
    */
   async admitAndRoute<T>(billed: BilledCall<T>): Promise<T> {
-    const { request, resolved, call, cycleKeys, attempt, discard = () => {} } = billed;
+    const { request, resolved, call, cycleKeys, attempt, discard = keepAll } = billed;
     const { admission, clock } = this.#deps;
     if (!admission || !call.principal || !admission.expects(call.principal, request)) {
       await this.#admit(request, call);
