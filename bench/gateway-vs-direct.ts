@@ -28,7 +28,12 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { measureStoreRoundTrip, provisionBenchAccount, settlementsDone } from './lib/accounting.ts';
+import {
+  discardSettlements,
+  measureStoreRoundTrip,
+  provisionBenchAccount,
+  settlementsDone,
+} from './lib/accounting.ts';
 import {
   findStoreJvm,
   type GatewayProcess,
@@ -780,7 +785,12 @@ const formatChecks = (checks: readonly CheckResult[]): string => {
  * both gateways carry closed-loop load (4 clients, admissions and settlements alike), then the metered
  * stack's settlement backlog drains. Not counted anywhere.
  */
-const warmStacks = async (endpoints: readonly Endpoint[], durationMs: number, meteredFile: string) => {
+const warmStacks = async (
+  endpoints: readonly Endpoint[],
+  durationMs: number,
+  meteredFile: string,
+  unmeteredFile: string,
+) => {
   if (durationMs === 0) return;
   const started = performance.now();
   const body = requestBody(SCENARIOS[0] as Scenario);
@@ -788,6 +798,7 @@ const warmStacks = async (endpoints: readonly Endpoint[], durationMs: number, me
     await runRound(endpoint, { body, stream: false, concurrency: 4, durationMs });
   }
   await settlementsDone(meteredFile);
+  await discardSettlements(unmeteredFile);
   console.log(
     `stacks warmed: ${((performance.now() - started) / 1000).toFixed(1)} s of load on each gateway`,
   );
@@ -921,7 +932,8 @@ const main = async (): Promise<number> => {
     apiKey: API_KEY,
     // The request path of issue 2 alone: no admission, and no settlement consumer. The consumer is a separate
     // function on AWS; here its transactions would keep a second DynamoDB Local JVM busy on the same two cores,
-    // draining each round's backlog through the next rounds of every target. Records are still sent to SQS.
+    // draining each round's backlog through the next rounds of every target. Records are still sent to SQS, and
+    // deleted unread after each round (discardSettlements).
     env: { ...childEnv, LOCAL_STACK_FILE: unmeteredFile, METERING: 'off', CONSUMERS: 'off' },
   });
   await provisionBenchAccount(REPO_ROOT, meteredFile, BENCH_ACCOUNT);
@@ -947,12 +959,12 @@ const main = async (): Promise<number> => {
   endpoints = targets.map((t) => openEndpoint(t, connections));
   console.log('preflight');
   for (const line of await preflight(endpoints)) console.log(line);
-  await warmStacks(endpoints, settings.stackWarmupMs, meteredFile);
+  await warmStacks(endpoints, settings.stackWarmupMs, meteredFile, unmeteredFile);
   // Measured warm, like the admissions it is compared with.
   const roundTrip = await measureStoreRoundTrip(meteredFile, BENCH_ACCOUNT);
   console.log(
     `accounting store: DynamoDB Local admission-sized transaction round trip p50 ${ms(roundTrip?.p50)}, p99 ${ms(roundTrip?.p99)} ` +
-      `(from this process, sequential); metered stack ${meteredFile}, unmetered (METERING=off CONSUMERS=off) pid ${unmeteredStack.pid}`,
+      `(from this process, sequential); metered stack ${meteredFile}, unmetered (METERING=off CONSUMERS=off, its settlement messages deleted unread after each round) pid ${unmeteredStack.pid}`,
   );
 
   const storeJvm = findStoreJvm(stack.pid);
@@ -965,11 +977,12 @@ const main = async (): Promise<number> => {
       endpoints,
       { metered: stack, unmetered: unmeteredStack },
       settings,
-      // The unmetered stack runs no consumer: its records stay queued, there is nothing to wait for. After every
-      // round, the metered stack's DynamoDB Local must be quiet again (see whenQuiet), whatever the target was.
+      // The unmetered stack runs no consumer: its round's records are deleted unread (discardSettlements says
+      // why). After every round, the metered stack's DynamoDB Local must be quiet again (see whenQuiet), whatever
+      // the target was.
       async (endpoint) => {
-        if (endpoint.target.name !== UNMETERED && !REFERENCES.has(endpoint.target.name))
-          await settlementsDone(meteredFile);
+        if (endpoint.target.name === UNMETERED) await discardSettlements(unmeteredFile);
+        else if (!REFERENCES.has(endpoint.target.name)) await settlementsDone(meteredFile);
         if (storeJvm !== null) storeWaitMs += await whenQuiet(storeJvm);
       },
     );
