@@ -783,7 +783,7 @@ const formatChecks = (checks: readonly CheckResult[]): string => {
  * or so compiling (C2 used ~18 s of CPU in the first 57 s of a c=1 metered run), which slows the store's
  * answers and takes CPU from everything else. AWS's DynamoDB has no such phase, so before anything is measured
  * both gateways carry closed-loop load (4 clients, admissions and settlements alike), then the metered
- * stack's settlement backlog drains. Not counted anywhere.
+ * stack's settlement backlog drains and the unmetered one's queue is emptied. Not counted anywhere.
  */
 const warmStacks = async (
   endpoints: readonly Endpoint[],

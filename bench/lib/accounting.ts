@@ -95,7 +95,7 @@ export const settlementsDone = async (stackFile: string, maxMs = 30_000): Promis
  * The SQS emulator keeps its messages in the gateway's own process — the real queue lives elsewhere — and without
  * a consumer they pile up over a run (about 3 MB a second at 16 clients): the emulator's heap then grows without
  * end, and each of its young collections copies every message that arrived since the last (35–130 ms, on the CPUs
- * the request path measured needs). Emptied after each round, the queue holds one round's records at most. Resolves
+ * the measured request path needs). Emptied after each round, the queue holds one round's records at most. Resolves
  * to the messages deleted.
  */
 export const discardSettlements = async (stackFile: string): Promise<number> => {
