@@ -2,9 +2,9 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { DynamoDBClient, TransactWriteItemsCommand } from '@aws-sdk/client-dynamodb';
-import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { SQSClient } from '@aws-sdk/client-sqs';
 import { localClientConfig } from '#local/emulators.ts';
-import { waitForEmptyQueue } from '#local/queue-drain.ts';
+import { discardMessages, waitForEmptyQueue } from '#local/queue-drain.ts';
 import type { StackFile } from '#local/stack-file.ts';
 import { type Distribution, distribution } from './stats.ts';
 
@@ -101,24 +101,10 @@ export const settlementsDone = async (stackFile: string, maxMs = 30_000): Promis
 export const discardSettlements = async (stackFile: string): Promise<number> => {
   const stack = JSON.parse(readFileSync(stackFile, 'utf8')) as StackFile;
   const sqs = new SQSClient(localClientConfig(stack.emulators.sqs));
-  const queueUrl = stack.resources.settlementQueueUrl;
   // As in settlementsDone: the sender's batching linger may still hold the round's last records.
   await new Promise((resolve) => setTimeout(resolve, 50));
-  let deleted = 0;
   try {
-    for (;;) {
-      const { Messages = [] } = await sqs.send(
-        new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 0 }),
-      );
-      if (Messages.length === 0) return deleted;
-      await sqs.send(
-        new DeleteMessageBatchCommand({
-          QueueUrl: queueUrl,
-          Entries: Messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
-        }),
-      );
-      deleted += Messages.length;
-    }
+    return await discardMessages(sqs, stack.resources.settlementQueueUrl);
   } finally {
     sqs.destroy();
   }

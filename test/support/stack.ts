@@ -1,12 +1,13 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
-import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { SQSClient } from '@aws-sdk/client-sqs';
 import OpenAI from 'openai';
 import { inject } from 'vitest';
 import { NANO_PER_USD } from '#core/pricing.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
 import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
+import { discardMessages, takeMessages } from '#local/queue-drain.ts';
 import { readCatalog, simulatorPrices } from '#local/seed.ts';
 import { type LocalStack, type LocalStackOptions, startLocalStack } from '#local/stack.ts';
 import { grantViolations } from '#local/table-grants.ts';
@@ -117,33 +118,17 @@ export const adminCli =
   };
 
 /** Receives (and deletes) what is on a stack's settlement queue now; empty when there is nothing. */
-const receiveSettlements = async (sqs: SQSClient, stack: LocalStack): Promise<SettlementRecord[]> => {
-  const queueUrl = stack.resources.settlementQueueUrl;
-  // The emulator's long poll waits out its whole period; a short poll returns as soon as a message is in.
-  const { Messages = [] } = await sqs.send(
-    new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 0 }),
-  );
-  if (Messages.length > 0) {
-    await sqs.send(
-      new DeleteMessageBatchCommand({
-        QueueUrl: queueUrl,
-        Entries: Messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
-      }),
-    );
-  }
+const receiveSettlements = async (sqs: SQSClient, stack: LocalStack): Promise<SettlementRecord[]> =>
   // A message carries one record or, when several were ready together, an array of them.
-  return Messages.flatMap((m) =>
+  (await takeMessages(sqs, stack.resources.settlementQueueUrl)).flatMap((m) =>
     [JSON.parse(m.Body ?? '{}') as SettlementRecord | SettlementRecord[]].flat(),
   );
-};
 
 /** Empties a stack's settlement queue (what previous tests left behind). */
 export const drainSettlements = async (stack: LocalStack): Promise<void> => {
   const sqs = new SQSClient(localClientConfig(stack.emulators.sqs));
   try {
-    while ((await receiveSettlements(sqs, stack)).length > 0) {
-      // keep draining
-    }
+    await discardMessages(sqs, stack.resources.settlementQueueUrl);
   } finally {
     sqs.destroy();
   }
