@@ -2,6 +2,7 @@ import {
   TRANSCRIPTION_FORMATS,
   transcriptionBody,
   transcriptionUsage,
+  upstreamAudioFile,
   upstreamTranscriptionFields,
 } from '#core/audio.ts';
 import { costOf } from '#core/pricing.ts';
@@ -23,6 +24,7 @@ export const createHandler = (container: () => Container) =>
     );
     const resolved = await c.gateway.resolve(request.model, 'transcription', call);
     const audio = await c.audio.probe(file.bytes);
+    const upload = upstreamAudioFile(file, audio.format);
     const admission = {
       requestId: call.requestId,
       estimatedTokens: 0,
@@ -38,7 +40,7 @@ export const createHandler = (container: () => Container) =>
           deployment,
           keyIndex,
           signal,
-          file,
+          file: upload,
           fields: upstreamTranscriptionFields(request, deployment.upstreamModel),
         });
         return transcriptionBody(request.response_format, upstream.body, audio.durationMs);

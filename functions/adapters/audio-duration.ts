@@ -177,21 +177,38 @@ export const mpegDurationMs = (bytes: Uint8Array): number | null => {
 const PLAIN_SAMPLE_FORMATS = new Set([0x0001, 0x0003, 0x0006, 0x0007]);
 const EXTENSIBLE = 0xfffe;
 
+const fourCC = (bytes: Uint8Array, at: number): string => String.fromCharCode(...bytes.subarray(at, at + 4));
+
+/**
+ * Whether the bytes are a WAVE file: RIFF, or its 64-bit forms RF64 (EBU Tech 3306) and BW64 (ITU-R BS.2088),
+ * which keep their real sizes in a `ds64` chunk. A metadata parser that does not know the 64-bit forms guesses
+ * another format for them (MPEG, from sync-like sample bytes), so the signature decides.
+ */
+export const isWave = (bytes: Uint8Array): boolean =>
+  bytes.length >= 12 && ['RIFF', 'RF64', 'BW64'].includes(fourCC(bytes, 0)) && fourCC(bytes, 8) === 'WAVE';
+
+/** A size that says "see `ds64`" (RF64, BW64) or "unknown" (a WAV streamed out before its length was known). */
+const UNSIZED = 0xffffffff;
+
 /**
  * The duration of a plain-sample WAV in ms from the bytes of its data chunks (what a decoder plays, every `data`
  * chunk of them) — not from a `fact` chunk, which such files need not have and decoders ignore — or null when the
- * file is not plain-sample WAV. 0: no sample bytes at all.
+ * file is not WAVE, or its samples are not plain (ADPCM, MP3 inside WAV: their duration would have to come from that
+ * very `fact` chunk). 0: no sample bytes at all.
  */
 export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
+  if (!isWave(bytes)) return null;
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const ascii = (at: number) => String.fromCharCode(...bytes.subarray(at, at + 4));
-  if (bytes.length < 12 || ascii(0) !== 'RIFF' || ascii(8) !== 'WAVE') return null;
   let bytesPerSecond: number | null = null;
   let dataBytes = 0;
+  /** The data chunk's real size, from an RF64/BW64 file's `ds64` chunk. */
+  let ds64Data: number | null = null;
   for (let at = 12; at + 8 <= bytes.length; ) {
-    const id = ascii(at);
-    const size = view.getUint32(at + 4, true);
+    const id = fourCC(bytes, at);
+    let size = view.getUint32(at + 4, true);
     const body = at + 8;
+    if (id === 'ds64' && size >= 16 && body + 16 <= bytes.length)
+      ds64Data = view.getUint32(body + 8, true) + view.getUint32(body + 12, true) * 2 ** 32;
     // The first `fmt ` chunk describes the data, as decoders (ffmpeg) read it; a later one is ignored.
     if (id === 'fmt ' && bytesPerSecond === null && size >= 16 && body + 16 <= bytes.length) {
       let tag = view.getUint16(body, true);
@@ -205,10 +222,11 @@ export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
       bytesPerSecond = sampleRate * channels * Math.ceil(bits / 8);
     } else if (id === 'data') {
       if (bytesPerSecond === null) return null;
+      if (size === UNSIZED && ds64Data !== null) size = ds64Data;
       // A streamed WAV may declare 0 or 0xFFFFFFFF: the data then runs to the end of the file.
-      const declared = size === 0 || size === 0xffffffff ? Number.POSITIVE_INFINITY : size;
-      dataBytes += Math.min(declared, bytes.length - body);
-      if (declared === Number.POSITIVE_INFINITY) break;
+      const toTheEnd = size === 0 || size === UNSIZED;
+      dataBytes += toTheEnd ? bytes.length - body : Math.min(size, bytes.length - body);
+      if (toTheEnd) break;
     }
     at = body + size + (size & 1); // chunks are word-aligned
   }
@@ -287,16 +305,49 @@ const flacFrameAt = (bytes: Uint8Array, at: number): FlacFrame | null => {
 /** How far past a FLAC frame's header its successor is looked for: more than any frame of real audio spans. */
 const FLAC_FRAME_REACH = 1 << 20;
 
-/** Whether the next frame header after the one at `at` continues its sequence (frame or sample number). */
-const continuesAt = (bytes: Uint8Array, at: number, frame: FlacFrame): boolean => {
-  const expected = frame.variable ? frame.number + frame.blockSize : frame.number + 1;
-  const end = Math.min(bytes.length - 1, at + FLAC_FRAME_REACH);
-  for (let i = at + 1; i < end; i++) {
-    if (bytes[i] !== 0xff) continue;
-    const next = flacFrameAt(bytes, i);
-    if (next !== null && next.variable === frame.variable && next.number === expected) return true;
+/** A frame's place in its stream as one number: its frame or sample number, and which of the two it is. */
+const sequenceKey = (number: number, variable: boolean): number => number * 2 + (variable ? 1 : 0);
+
+/**
+ * Where the frame headers of each sequence key start, in file order: built in one pass, so that finding whether a
+ * header's successor follows it is a lookup. (Scanning ahead from every candidate instead grew with the square of
+ * the file: an upload of one valid header repeated, none of them followed by its successor, took a minute to
+ * refuse — before any limit or hold applies.)
+ */
+const flacHeaderIndex = (bytes: Uint8Array, from: number): Map<number, number[]> => {
+  const index = new Map<number, number[]>();
+  for (let at = from; at < bytes.length - 1; at++) {
+    if (bytes[at] !== 0xff) continue;
+    const frame = flacFrameAt(bytes, at);
+    if (frame === null) continue;
+    const key = sequenceKey(frame.number, frame.variable);
+    const starts = index.get(key);
+    if (starts) starts.push(at);
+    else index.set(key, [at]);
   }
-  return false;
+  return index;
+};
+
+/** Whether a header of the next frame in `frame`'s sequence starts within reach after `at`. */
+const continuesAt = (
+  index: Map<number, number[]>,
+  bytes: Uint8Array,
+  at: number,
+  frame: FlacFrame,
+): boolean => {
+  const expected = frame.variable ? frame.number + frame.blockSize : frame.number + 1;
+  const starts = index.get(sequenceKey(expected, frame.variable));
+  if (!starts) return false;
+  // The first start after `at` (binary search: the list is in file order).
+  let low = 0;
+  let high = starts.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if ((starts[middle] as number) <= at) low = middle + 1;
+    else high = middle;
+  }
+  const next = starts[low];
+  return next !== undefined && next < Math.min(bytes.length - 1, at + FLAC_FRAME_REACH);
 };
 
 /**
@@ -327,15 +378,20 @@ export const flacDurationMs = (bytes: Uint8Array): number | null => {
   const counted = new SampleCount();
   let nextNumber = 0;
   let nextSample = 0;
+  const audioStart = at;
+  let index: Map<number, number[]> | null = null;
   for (; at < bytes.length - 1; at++) {
     if (bytes[at] !== 0xff) continue;
     const frame = flacFrameAt(bytes, at);
     if (frame === null) continue;
     // A stream cut from a longer one (`ffmpeg -ss … -c copy`, a capture joined mid-stream) starts past frame 0:
     // its first frame is taken where the frame after it follows in sequence.
-    if (nextNumber === 0 && frame.number !== 0 && continuesAt(bytes, at, frame)) {
-      nextNumber = frame.number;
-      nextSample = frame.number;
+    if (nextNumber === 0 && frame.number !== 0) {
+      index ??= flacHeaderIndex(bytes, audioStart);
+      if (continuesAt(index, bytes, at, frame)) {
+        nextNumber = frame.number;
+        nextSample = frame.number;
+      }
     }
     if (frame.number !== (frame.variable ? nextSample : nextNumber)) continue;
     const rate = frame.sampleRate ?? streamRate;

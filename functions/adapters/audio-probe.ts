@@ -5,17 +5,20 @@ import type { AudioInfo, AudioProbe } from '#core/ports.ts';
 import {
   countedDurationMs,
   countsDecodedAudio,
+  isWave,
   liveWebmDurationMs,
   mpegDurationMs,
+  pcmWavDurationMs,
 } from './audio-duration.ts';
+import { mp4AacDurationMs } from './mp4-duration.ts';
 
 /**
  * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
  * metadata parser (music-metadata: RIFF, MPEG frames, FLAC STREAMINFO, Ogg granules, Matroska, MP4 boxes),
- * never taken from the client — and, for MP3, WAV, FLAC and WebM, whose headers' counts a client can simply
- * edit (or a recording made to a pipe lacks), also counted from the audio itself (audio-duration.ts). A file
- * the parser cannot read, or of a format the endpoint does not accept,
- * is refused before anything is held or sent upstream.
+ * never taken from the client — and, for MP3, FLAC, WebM and AAC in MP4, whose headers' counts a client can simply
+ * edit (or a recording made to a pipe lacks), also counted from the audio itself (audio-duration.ts). WAV is
+ * measured by its data chunks alone (`waveInfo`). A file the parser cannot read, or of a format the endpoint does
+ * not accept, is refused before anything is held or sent upstream.
  */
 
 /** music-metadata's container names → the format names of OpenAI's accepted list. */
@@ -26,9 +29,20 @@ export const formatOf = (container: string | undefined): string | null => {
   if (container === 'FLAC') return 'flac';
   if (container === 'Ogg') return 'ogg';
   if (container.startsWith('EBML/webm')) return 'webm';
-  if (container.startsWith('M4A/')) return 'm4a';
+  if (container === 'M4A' || container.startsWith('M4A/')) return 'm4a';
   if (/^(isom|iso\d|mp4\d|avc1|mp42)/.test(container)) return 'mp4';
   return null;
+};
+
+/**
+ * An ISO media file (an `ftyp` box first) whose major brand `formatOf` does not know — DASH audio (`dash`), a
+ * camera's or phone's own brand — is still MP4 to decoders. It is taken when it holds an AAC track, whose frames
+ * are counted; other codecs in it would be billed on the header's duration alone.
+ */
+const isoMediaFormat = (bytes: Uint8Array, container: string | undefined): string | null => {
+  if (bytes.length < 8 || String.fromCharCode(...bytes.subarray(4, 8)) !== 'ftyp') return null;
+  if (mp4AacDurationMs(bytes) === null) return null;
+  return container?.startsWith('M4A') ? 'm4a' : 'mp4';
 };
 
 /**
@@ -65,8 +79,29 @@ const NOT_AUDIO = new Set(['CouldNotDetermineFileTypeError', 'UnsupportedFileTyp
 const mp3BehindBrokenTag = (bytes: Uint8Array): number | null =>
   bytes[0] === 0x49 && bytes[1] === 0x44 && bytes[2] === 0x33 ? mpegDurationMs(bytes) : null;
 
+/**
+ * A WAVE file is measured by its data chunks alone: every sample byte plays, whatever its headers claim, and a
+ * parser's reading adds nothing (it does not even know RF64). Compressed samples are refused: their duration would
+ * come from the file's `fact` chunk, a number the client writes.
+ */
+const waveInfo = (bytes: Uint8Array): AudioInfo => {
+  const ms = pcmWavDurationMs(bytes);
+  if (ms === null) {
+    throw new InvalidRequestError(
+      'Unsupported WAV audio: only PCM, IEEE float, A-law and µ-law samples are accepted in a WAV file. Convert ' +
+        `compressed WAV (ADPCM, MP3 in WAV) to PCM, or send it as another format. ${ACCEPTED}`,
+      'invalid_file_format',
+      { param: 'file' },
+    );
+  }
+  if (ms === 0) throw unreadable('it holds no audio frames');
+  if (!measurable(ms)) throw unreadable('it holds no audio whose duration can be measured');
+  return { format: 'wav', durationMs: Math.ceil(ms) };
+};
+
 export const musicMetadataProbe: AudioProbe = {
   async probe(bytes): Promise<AudioInfo> {
+    if (isWave(bytes)) return waveInfo(bytes);
     let metadata: Awaited<ReturnType<typeof parseBuffer>>;
     try {
       metadata = await parseBuffer(
@@ -88,7 +123,7 @@ export const musicMetadataProbe: AudioProbe = {
       // fault: the client is told what it can act on.
       throw unreadable('it is corrupt or cut short');
     }
-    const format = formatOf(metadata.format.container);
+    const format = formatOf(metadata.format.container) ?? isoMediaFormat(bytes, metadata.format.container);
     if (format === null) {
       throw new InvalidRequestError(
         `Unsupported audio format${metadata.format.container ? ` (${metadata.format.container})` : ''}. ${ACCEPTED}`,

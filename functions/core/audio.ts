@@ -1,4 +1,5 @@
 import { UpstreamFailure } from './fallback.ts';
+import type { AudioFile } from './upstream.ts';
 import type { Usage } from './usage.ts';
 
 /**
@@ -132,6 +133,28 @@ export const upstreamTranscriptionFields = (
   for (const g of request.timestamp_granularities) fields.push(['timestamp_granularities[]', g]);
   return fields;
 };
+
+/** Media types of the containers the probe detects, for the file as it is sent upstream. */
+const INPUT_MEDIA_TYPES: Readonly<Record<string, string>> = {
+  flac: 'audio/flac',
+  mp3: 'audio/mpeg',
+  mp4: 'audio/mp4',
+  m4a: 'audio/mp4',
+  ogg: 'audio/ogg',
+  wav: 'audio/wav',
+  webm: 'audio/webm',
+};
+
+/**
+ * The upload as the upstream receives it: named and typed by the format measured from its bytes, not by the
+ * client's file name and content type. Providers pick a decoder by the name's extension (OpenAI refuses a file
+ * named `blob`, or `upload` with no extension), and a WAV a client named `recording.mp3` is still a WAV.
+ */
+export const upstreamAudioFile = (file: AudioFile, format: string): AudioFile => ({
+  bytes: file.bytes,
+  filename: `audio.${format}`,
+  contentType: INPUT_MEDIA_TYPES[format] ?? 'application/octet-stream',
+});
 
 /**
  * How far an upstream's reported duration may run past ours before it is billed instead: providers report whole

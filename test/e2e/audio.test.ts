@@ -80,15 +80,33 @@ describe('POST /v1/audio/transcriptions with the official openai SDK', () => {
   });
 });
 
+/** The media type each measured format is sent upstream with. */
+const UPSTREAM_TYPES = {
+  mp3: 'audio/mpeg',
+  flac: 'audio/flac',
+  ogg: 'audio/ogg',
+  webm: 'audio/webm',
+  m4a: 'audio/mp4',
+} as const;
+
 describe('what a transcription is billed on', () => {
   it.each(['mp3', 'flac', 'ogg', 'webm', 'm4a'] as const)(
     'measures a %s upload’s duration from the file and debits 0.001 USD per minute',
     async (format) => {
       const { id, key } = await fundedAccount(t);
       const audio = await encodeAudio(makeWav({ durationMs: 4_000 }), format);
+      t.simulator.clearCalls();
       // The client's own claims (file name, content type) play no part.
       const response = await upload(key, new Blob([audio], { type: 'audio/wav' }), 'claims-to-be.wav');
       expect(response.status).toBe(200);
+      // Nor are they what the provider is told: it picks its decoder by the file name's extension.
+      expect(t.simulator.calls()).toEqual([
+        expect.objectContaining({
+          body: expect.objectContaining({
+            file: { filename: `audio.${format}`, type: UPSTREAM_TYPES[format], size: audio.length },
+          }),
+        }),
+      ]);
       const { usage } = (await response.json()) as { usage: { seconds: number } };
       expect(usage.seconds).toBeGreaterThan(3.9);
       expect(usage.seconds).toBeLessThan(4.2);

@@ -61,15 +61,35 @@ const ENCODE_ARGS: Readonly<Record<InputAudioFormat, readonly string[]>> = {
 };
 
 /**
+ * Encodings a client may upload that the probe must not take at face value: compressed samples inside WAV (their
+ * length comes from a `fact` chunk), 64-bit RF64 WAV (which metadata parsers misread), MP4 under a major brand other
+ * than the usual ones (DASH audio, as streaming sites serve it).
+ */
+export type AudioVariant = 'wav-adpcm' | 'wav-mp3' | 'wav-rf64' | 'm4a-dash';
+
+const VARIANT_ARGS: Readonly<Record<AudioVariant, readonly string[]>> = {
+  'wav-adpcm': ['-c:a', 'adpcm_ms', '-f', 'wav'],
+  'wav-mp3': ['-c:a', 'libmp3lame', '-f', 'wav'],
+  'wav-rf64': ['-c:a', 'pcm_s16le', '-rf64', 'always', '-f', 'wav'],
+  'm4a-dash': [
+    ...['-c:a', 'aac', '-movflags', '+frag_keyframe+empty_moov+default_base_moof+dash'],
+    ...['-brand', 'dash', '-f', 'mp4'],
+  ],
+};
+
+/**
  * Encodes a WAV file into `format` with ffmpeg. The output goes to a temporary file rather than a pipe:
  * on a seekable output the muxers write what they can only know at the end (FLAC's sample count, the
  * MP4 `moov`, the MP3 Xing frame count, WebM's duration), so the file looks like a real recording.
  */
-export async function encodeAudio(wav: Buffer, format: InputAudioFormat): Promise<Buffer> {
+export async function encodeAudio(wav: Buffer, format: InputAudioFormat | AudioVariant): Promise<Buffer> {
   const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
+  // Every encode names its muxer (-f): the extension is only a name.
   const output = join(dir, `audio.${format}`);
+  const encoding =
+    format in VARIANT_ARGS ? VARIANT_ARGS[format as AudioVariant] : ENCODE_ARGS[format as InputAudioFormat];
   try {
-    const args = ['-hide_banner', '-v', 'error', '-f', 'wav', '-i', 'pipe:0', ...ENCODE_ARGS[format], output];
+    const args = ['-hide_banner', '-v', 'error', '-f', 'wav', '-i', 'pipe:0', ...encoding, output];
     const run = await runFfmpeg(args, wav);
     if (run.code !== 0 || run.stderr.trim() !== '') {
       throw new Error(`ffmpeg could not encode ${format} (exit ${run.code}): ${run.stderr.trim()}`);
