@@ -47,7 +47,7 @@ export const createHandler = (container: () => Container) =>
         attempt: (d, k, signal) => c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
       });
       const reported = result.usage && withinCompletionLimit(result.usage, completionTokens);
-      const usage = reported ?? estimatedUsage(prepared, result, c);
+      const usage = reported ?? withinCompletionLimit(estimatedUsage(prepared, result, c), completionTokens);
       call.succeeded(usage);
       // An upstream that reported no usage (or none we could read, or more than the call allowed): the client
       // sees what it is billed on.
@@ -72,7 +72,7 @@ export const createHandler = (container: () => Container) =>
     return {
       statusCode: 200,
       headers: SSE_HEADERS,
-      body: chatEventStream(stream, prepared, call),
+      body: chatEventStream(stream, prepared, call, c.tokens),
     };
   });
 
@@ -80,12 +80,16 @@ export const handler = createHandler(containerFromEnv);
 
 interface ReplyMessage {
   content?: unknown;
+  reasoning_content?: unknown;
+  reasoning?: unknown;
+  refusal?: unknown;
   tool_calls?: { function?: { name?: unknown; arguments?: unknown } }[];
 }
 
 /**
- * Usage counted by us when an upstream response carries none: prompt estimate plus the reply's tokens — its text
- * and its tool calls' names and arguments, which are completion tokens as much as text is.
+ * Usage counted by us when an upstream response carries none: prompt estimate plus the reply's tokens — its text,
+ * the reasoning it shows (`reasoning_content`, `reasoning`), a refusal, and its tool calls' names and arguments,
+ * which are completion tokens as much as text is.
  */
 const estimatedUsage = (prepared: PreparedChat, result: ChatCompletionResult, c: Container): Usage => {
   let completion = 0;
@@ -94,6 +98,9 @@ const estimatedUsage = (prepared: PreparedChat, result: ChatCompletionResult, c:
   };
   for (const choice of (result.body.choices as { message?: ReplyMessage }[]) ?? []) {
     count(choice.message?.content);
+    count(choice.message?.reasoning_content);
+    count(choice.message?.reasoning);
+    count(choice.message?.refusal);
     for (const call of Array.isArray(choice.message?.tool_calls) ? choice.message.tool_calls : []) {
       count(call.function?.name);
       count(call.function?.arguments);

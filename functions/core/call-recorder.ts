@@ -110,6 +110,21 @@ export class CallRecorder {
     };
   }
 
+  /**
+   * The response ran into the call's deadline and was cut: charged as an abort is, for what was produced up to
+   * then. The length that ran out is the caller's — the output it asked for, or the pace at which it read (a
+   * client reading slowly holds the relay) — and the upstream bills us for every token it streamed. Not charging
+   * it made any output free to a client that read slowly enough.
+   */
+  cutAtDeadline(usage: Usage | null): void {
+    this.#end ??= {
+      outcome: 'client_aborted',
+      status: 200,
+      usage,
+      fault: { kind: 'client', status: null, detail: "cut off at the call's deadline mid-response" },
+    };
+  }
+
   /** The upstream broke after the first byte reached the client; not charged. */
   interrupted(error: unknown, usage: Usage | null): void {
     const kind = error instanceof UpstreamFailure ? error.kind : 'internal';

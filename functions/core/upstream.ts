@@ -33,8 +33,12 @@ export interface ChatStreamEvent {
   readonly usage: Usage | null;
   /** The usage-only final chunk (`choices: []`), which a client that did not ask for usage must not see. */
   readonly usageOnly: boolean;
-  /** Text deltas in this chunk, counted only if the stream has to be billed from an estimate. */
-  readonly contentChunks: number;
+  /**
+   * The completion output this chunk carries — text, visible reasoning, tool-call names and argument pieces — as
+   * JSON string contents (escapes as written), one entry per field; counted only if the stream has to be billed
+   * from an estimate (no usage report, a client gone, the call's deadline).
+   */
+  readonly output: readonly string[];
 }
 
 /**

@@ -59,8 +59,9 @@ export const withinCompletionLimit = (usage: Usage, limit: number): Usage =>
  */
 export const parseOpenAiUsage = (raw: unknown): Usage | null => {
   const prompt = count(nested(raw, 'prompt_tokens'));
-  const completion = count(nested(raw, 'completion_tokens')) ?? 0;
-  if (prompt === null) return null;
+  // A chat report without its completion count is malformed, not a reply of no tokens: billed on our count.
+  const completion = count(nested(raw, 'completion_tokens'));
+  if (prompt === null || completion === null) return null;
   const cached = count(nested(nested(raw, 'prompt_tokens_details'), 'cached_tokens')) ?? 0;
   const reasoning = count(nested(nested(raw, 'completion_tokens_details'), 'reasoning_tokens')) ?? 0;
   return {

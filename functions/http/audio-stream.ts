@@ -8,7 +8,8 @@ import { failureOf, type RelayProgress, relayBody } from './relay-body.ts';
  * The client's audio: upstream chunks relayed as they arrive. Binary audio has no error event, so an upstream
  * that breaks part-way makes the response fail (the connection is cut before the chunked terminator, which
  * every HTTP client reports as an error) rather than end cleanly short. The call's outcome is recorded here,
- * where it is known: complete, interrupted (not charged), or abandoned by the client (charged, as chat).
+ * where it is known: complete, interrupted (not charged), or abandoned by the client or cut at the call's
+ * deadline (charged, as chat).
  */
 export const audioBody = (stream: AudioStream, call: CallRecorder, usage: Usage): Readable => {
   const progress: RelayProgress = { started: false };
@@ -37,7 +38,8 @@ async function* relay(
         const cause = failureOf(progress, error);
         if (cause === null) return; // the client left: an abort, recorded below
         finished = true;
-        call.interrupted(cause, null);
+        if (progress.outOfTime) call.cutAtDeadline(usage);
+        else call.interrupted(cause, null);
         throw cause;
       }
       if (next.done) break;

@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
 import { completionLimit, type PreparedChat } from '#core/chat.ts';
+import type { TokenCounter } from '#core/ports.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
 import { failureOf, type RelayProgress, relayBody } from './relay-body.ts';
@@ -11,13 +12,53 @@ import { DONE_FRAME, errorFrame, frame } from './sse.ts';
  * client asked for it (spec §4 rules 3–4), `[DONE]` at a clean end and an error event at a broken one.
  * The call's outcome is recorded here, because only the relay knows how the stream ended.
  */
-export const chatEventStream = (stream: ChatStream, prepared: PreparedChat, call: CallRecorder): Readable => {
+export const chatEventStream = (
+  stream: ChatStream,
+  prepared: PreparedChat,
+  call: CallRecorder,
+  tokens: TokenCounter,
+): Readable => {
   const progress: RelayProgress = { started: false };
-  return relayBody(call, relay(stream, prepared, call, progress), 16 * 1024, progress, {
+  const output = new RelayedOutput(tokens);
+  return relayBody(call, relay(stream, prepared, call, progress, output), 16 * 1024, progress, {
     close: () => stream.close(),
     // The client left before the first byte: the prompt was processed for it, nothing was relayed.
-    unread: () => call.aborted(estimatedUsage(prepared, 0)),
+    unread: () => call.aborted(estimatedUsage(prepared, output)),
   });
+};
+
+/**
+ * The completion output a stream relayed, kept for a count the stream may have to be billed on (no usage report,
+ * a client gone, the call's deadline) — and counted only then: a stream with its usage report never pays for it.
+ * Each piece is a token at least (a delta is the smallest thing a model emits); the text as a whole counts with the
+ * tokenizer the prompt estimate uses, so a chunk of many words, or the reasoning a model shows, counts as what it is.
+ */
+class RelayedOutput {
+  readonly #tokens: TokenCounter;
+  readonly #pieces: string[] = [];
+
+  constructor(tokens: TokenCounter) {
+    this.#tokens = tokens;
+  }
+
+  add(event: ChatStreamEvent): void {
+    for (const piece of event.output) if (piece !== '') this.#pieces.push(piece);
+  }
+
+  count(): number {
+    if (this.#pieces.length === 0) return 0;
+    return Math.max(this.#pieces.length, this.#tokens.count(this.#pieces.map(unescaped).join('')));
+  }
+}
+
+/** A JSON string's contents as text (its escapes resolved); as written, should they not parse. */
+const unescaped = (piece: string): string => {
+  if (!piece.includes('\\')) return piece;
+  try {
+    return JSON.parse(`"${piece}"`) as string;
+  } catch {
+    return piece;
+  }
 };
 
 async function* relay(
@@ -25,12 +66,12 @@ async function* relay(
   prepared: PreparedChat,
   call: CallRecorder,
   progress: RelayProgress,
+  output: RelayedOutput,
 ): AsyncGenerator<string> {
   progress.started = true;
   let usage: Usage | null = null;
   /** The last chunk relayed: a usage chunk we add takes its id, creation time and model. */
   let lastData: string | null = null;
-  let contentChunks = 0;
   let finished = false;
   const limit = completionLimit(prepared);
   const upstream = stream[Symbol.asyncIterator]();
@@ -45,14 +86,15 @@ async function* relay(
         const cause = failureOf(progress, error);
         if (cause === null) return; // the client left: an abort, recorded below
         finished = true;
-        call.interrupted(cause, usage);
+        if (progress.outOfTime) call.cutAtDeadline(usage ?? estimatedUsage(prepared, output));
+        else call.interrupted(cause, usage);
         yield errorFrame(cause);
         return;
       }
       if (next.done) break;
       const event = next.value;
       lastData = event.data;
-      contentChunks += event.contentChunks;
+      output.add(event);
       if (event.usage === null) yield frame(event.data);
       else {
         usage = withinCompletionLimit(event.usage, limit);
@@ -65,7 +107,7 @@ async function* relay(
     finished = true;
     if (usage === null) {
       // The upstream sent no usage chunk: bill our count, and show it to a client that asked for usage.
-      const counted = estimatedUsage(prepared, contentChunks);
+      const counted = estimatedUsage(prepared, output);
       call.succeeded(counted);
       if (prepared.clientWantsUsage)
         yield frame(usageChunk(lastData, call.requestId, prepared.request.model, counted));
@@ -73,7 +115,7 @@ async function* relay(
     yield DONE_FRAME;
   } finally {
     // Unfinished here means the consumer stopped reading: the client went away.
-    if (!finished) call.aborted(usage ?? estimatedUsage(prepared, contentChunks));
+    if (!finished) call.aborted(usage ?? estimatedUsage(prepared, output));
     stream.close();
   }
 }
@@ -109,13 +151,17 @@ const withoutUsage = (data: string): string => {
 };
 
 /**
- * Usage when the upstream sent none (or the client left early): the prompt estimate plus one token per
- * text delta relayed, which is how chat-completions streams are chunked.
+ * Usage when the upstream sent none (or the stream ended early): the prompt estimate plus the output relayed
+ * (RelayedOutput), held to the call's completion limit as a report would be.
  */
-const estimatedUsage = (prepared: PreparedChat, contentChunks: number): Usage => ({
-  promptTokens: prepared.promptTokens,
-  completionTokens: contentChunks,
-  cachedPromptTokens: 0,
-  reasoningTokens: 0,
-  source: 'estimated',
-});
+const estimatedUsage = (prepared: PreparedChat, output: RelayedOutput): Usage =>
+  withinCompletionLimit(
+    {
+      promptTokens: prepared.promptTokens,
+      completionTokens: output.count(),
+      cachedPromptTokens: 0,
+      reasoningTokens: 0,
+      source: 'estimated',
+    },
+    completionLimit(prepared),
+  );

@@ -8,7 +8,10 @@ export interface RelayProgress {
   started: boolean;
   /** Set by the body when it is destroyed before the generator ended: the client went away. */
   gone?: boolean;
-  /** Set when the call's deadline (CallRecorder.endBy) came with the upstream still streaming. */
+  /**
+   * Set when the call's deadline (CallRecorder.endBy) came with the upstream still streaming: the relay records
+   * it with CallRecorder.cutAtDeadline.
+   */
   outOfTime?: boolean;
 }
 
@@ -28,10 +31,14 @@ export interface RelayHandlers {
 export const failureOf = (progress: RelayProgress, error: unknown): unknown =>
   progress.gone ? null : progress.outOfTime ? deadlineError() : error;
 
-/** What a stream cut at its deadline tells the client, as its final event. */
+/**
+ * What a stream cut at its deadline tells the client, as its final event. Charged like a response the client
+ * walked away from (CallRecorder.cutAtDeadline): what it received was produced for it.
+ */
 const deadlineError = (): UpstreamFaultError =>
   new UpstreamFaultError(
-    'The response ran into the longest time a call may take and was cut off; it is incomplete and not charged.',
+    'The response ran into the longest time a call may take and was cut off; it is incomplete, and charged for ' +
+      'the prompt and the output sent up to the cut. Ask for less output (max_tokens), or read the stream faster.',
   );
 
 /**

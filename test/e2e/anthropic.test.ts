@@ -343,4 +343,30 @@ describe('faults of the anthropic deployment', () => {
     });
     expect(t.simulator.calls('sim-a')).toHaveLength(0);
   });
+
+  it('ends a stream dropped after its message_delta as whole, and bills it: the client has the entire reply', async () => {
+    const model = await publishedModel(MODEL);
+    const { id, key } = await fundedAccount(t);
+    // message_start, content_block_start, ping, three deltas, content_block_stop, message_delta: then the drop,
+    // before message_stop.
+    t.simulator.setFaults('sim-c', { error: 'drop_mid', dropAfterChunks: 8 });
+    const sent = [{ role: 'user' as const, content: 'Three words. [[sim: completion_tokens=3]]' }];
+    const res = await t.post(
+      '/chat/completions',
+      { model: MODEL, messages: sent, stream: true, stream_options: { include_usage: true } },
+      { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    );
+    expect(res.status).toBe(200);
+    const events = sseEvents(await res.text());
+    expect(events.at(-1)).toBe('[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as Json);
+    expect(chunks.some((c) => (c.choices as Json[])[0]?.finish_reason === 'stop')).toBe(true);
+    const prompt = countMessagesPromptTokens(upstreamBody());
+    expect(chunks.at(-1)?.usage).toMatchObject({ prompt_tokens: prompt, completion_tokens: 3 });
+    expect(t.simulator.calls('sim-c').map((c) => c.fault)).toEqual(['drop_mid']);
+    const wallet = await settledWallet(t, id);
+    expect(debitOf(wallet, res.headers.get('x-request-id') as string)).toBe(
+      costOf(model, reportedUsage(prompt, 3)),
+    );
+  });
 });

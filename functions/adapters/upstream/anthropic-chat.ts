@@ -110,9 +110,13 @@ class TranslatedStream implements ChatStream {
     try {
       yield* this.#first;
       while (!this.#translator.finished) {
-        yield* this.#translator.translate(
-          await this.#upstream.next('upstream stream ended without message_stop'),
+        const data = await this.#upstream.next(
+          'upstream stream ended without message_stop',
+          this.#translator.replied,
         );
+        // Cut after the reply was whole (as the OpenAI-compatible relay treats a drop after every choice finished):
+        // ended as `message_stop` would have ended it, and billed on the counts `message_delta` gave.
+        yield* data === null ? this.#translator.stop() : this.#translator.translate(data);
       }
       this.#upstream.finish();
     } finally {

@@ -487,6 +487,8 @@ export class MessagesStreamTranslator {
   /** Content block index → tool call index. */
   readonly #toolIndex = new Map<number, number>();
   #usage: Json = {};
+  /** `message_delta` has arrived: the reply is whole (its stop reason and final counts are in). */
+  #replied = false;
   #finished = false;
   /** Tool calls (by OpenAI index) whose arguments have been sent. */
   readonly #toolsWithArguments = new Set<number>();
@@ -500,6 +502,29 @@ export class MessagesStreamTranslator {
   /** True once `message_stop` has arrived: the stream is complete. */
   get finished(): boolean {
     return this.#finished;
+  }
+
+  /**
+   * True once `message_delta` has arrived: the client has the whole reply, and the counts it is billed on. An
+   * upstream that drops the connection before `message_stop` then takes nothing from it (`stop` ends the stream).
+   */
+  get replied(): boolean {
+    return this.#replied;
+  }
+
+  /** The end of the stream, as `message_stop` gives it: the usage-only chunk (when usage came), and finished. */
+  stop(): ChatStreamEvent[] {
+    this.#finished = true;
+    const usage = anthropicUsage(this.#usage);
+    if (usage === null) return [];
+    return [
+      {
+        data: `${this.#head}],"usage":${JSON.stringify(usage.object)}}`,
+        usage: usage.usage,
+        usageOnly: true,
+        output: [],
+      },
+    ];
   }
 
   /** The chat events for one upstream event's data (often none). */
@@ -520,49 +545,43 @@ export class MessagesStreamTranslator {
       case 'content_block_start': {
         const block = (event.content_block ?? {}) as Json;
         if (block.type === 'text' && typeof block.text === 'string' && block.text !== '') {
-          return [this.#chunk(`{"content":${JSON.stringify(block.text)}}`, null, 1)];
+          const text = JSON.stringify(block.text);
+          return [this.#chunk(`{"content":${text}}`, null, [text.slice(1, -1)])];
         }
         if (block.type !== 'tool_use') return [];
         const index = this.#toolIndex.size;
         this.#toolIndex.set(Number(event.index), index);
         const call = { index, id: block.id, type: 'function', function: { name: block.name, arguments: '' } };
-        return [this.#chunk(`{"tool_calls":[${JSON.stringify(call)}]}`)];
+        const name = typeof block.name === 'string' ? [JSON.stringify(block.name).slice(1, -1)] : [];
+        return [this.#chunk(`{"tool_calls":[${JSON.stringify(call)}]}`, null, name)];
       }
       case 'content_block_delta': {
         const delta = (event.delta ?? {}) as Json;
         if (delta.type === 'text_delta' && typeof delta.text === 'string') {
-          return [this.#chunk(`{"content":${JSON.stringify(delta.text)}}`, null, 1)];
+          const text = JSON.stringify(delta.text);
+          return [this.#chunk(`{"content":${text}}`, null, [text.slice(1, -1)])];
         }
         if (delta.type === 'input_json_delta' && typeof delta.partial_json === 'string') {
           const index = this.#toolIndex.get(Number(event.index));
           if (index === undefined || delta.partial_json === '') return [];
           this.#toolsWithArguments.add(index);
+          const piece = JSON.stringify(delta.partial_json);
           return [
-            this.#chunk(
-              `{"tool_calls":[{"index":${index},"function":{"arguments":${JSON.stringify(delta.partial_json)}}}]}`,
-            ),
+            this.#chunk(`{"tool_calls":[{"index":${index},"function":{"arguments":${piece}}}]}`, null, [
+              piece.slice(1, -1),
+            ]),
           ];
         }
         return [];
       }
       case 'message_delta': {
         this.#mergeUsage(event.usage);
+        this.#replied = true;
         const delta = (event.delta ?? {}) as Json;
         return [this.#chunk('{}', finishReason(delta.stop_reason))];
       }
-      case 'message_stop': {
-        this.#finished = true;
-        const usage = anthropicUsage(this.#usage);
-        if (usage === null) return [];
-        return [
-          {
-            data: `${this.#head}],"usage":${JSON.stringify(usage.object)}}`,
-            usage: usage.usage,
-            usageOnly: true,
-            contentChunks: 0,
-          },
-        ];
-      }
+      case 'message_stop':
+        return this.stop();
       case 'content_block_stop': {
         // A tool called with no arguments streams no input_json_delta at all, leaving its arguments "" — which
         // `JSON.parse` (the openai SDK's finalChatCompletion) refuses. OpenAI sends "{}", as the non-stream
@@ -594,14 +613,15 @@ export class MessagesStreamTranslator {
     }
   }
 
-  #chunk(delta: string, finish: FinishReason | null = null, contentChunks = 0): ChatStreamEvent {
+  /** A chat chunk of choice 0; `output`: the completion output it carries (ChatStreamEvent.output). */
+  #chunk(delta: string, finish: FinishReason | null = null, output: readonly string[] = []): ChatStreamEvent {
     return {
       data: `${this.#head}{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${
         finish === null ? 'null' : `"${finish}"`
       }}${this.#tail}`,
       usage: null,
       usageOnly: false,
-      contentChunks,
+      output,
     };
   }
 }

@@ -168,7 +168,7 @@ class RelayedStream implements ChatStream {
       opening = openingOfChoices(event.data, this.#unopened, false);
     }
     if (this.#unopened?.size === 0) this.#unopened = null;
-    if (opening !== null) yield { data: opening, usage: null, usageOnly: false, contentChunks: 0 };
+    if (opening !== null) yield { data: opening, usage: null, usageOnly: false, output: NO_OUTPUT };
     yield event;
   }
 
@@ -206,12 +206,12 @@ class RelayedStream implements ChatStream {
           data,
           usage: parseOpenAiUsage(chunk.usage),
           usageOnly,
-          contentChunks: usageOnly || !producesTokens(data) ? 0 : 1,
+          output: usageOnly ? NO_OUTPUT : outputOf(data),
         };
       }
     }
     if (this.#stripNullUsage && usageAt !== -1) data = data.replace(',"usage":null', '');
-    return { data, usage: null, usageOnly: false, contentChunks: producesTokens(data) ? 1 : 0 };
+    return { data, usage: null, usageOnly: false, output: outputOf(data) };
   }
 }
 
@@ -324,16 +324,44 @@ const countNonEmpty = (text: string, needle: string): number => {
   return count;
 };
 
-/**
- * Whether a chunk carries completion output, for our count when the upstream reports no usage (one token per
- * delta, which is how streams are chunked): non-empty text, or a tool call's name or argument piece. The
- * opening chunk's empty `"content":""` is not output.
- */
-const producesTokens = (data: string): boolean =>
-  hasNonEmpty(data, '"content":"') || hasNonEmpty(data, '"arguments":"') || hasNonEmpty(data, '"name":"');
+const NO_OUTPUT: readonly string[] = [];
 
-const hasNonEmpty = (data: string, field: string): boolean => {
-  for (let at = data.indexOf(field); at !== -1; at = data.indexOf(field, at + field.length))
-    if (data.charCodeAt(at + field.length) !== 34 /* " */) return true;
-  return false;
+/** The fields whose strings are completion output: text, visible reasoning, a refusal, a tool call's pieces. */
+const OUTPUT_FIELDS = [
+  '"content":"',
+  '"reasoning_content":"',
+  '"reasoning":"',
+  '"refusal":"',
+  '"arguments":"',
+  '"name":"',
+];
+
+/**
+ * The completion output a chunk carries, for our count when the stream must be billed from an estimate: each
+ * non-empty output string, as written (found without a parse, as the rest of this relay works: inside a JSON
+ * string every quote is escaped, so a field's opening cannot appear there). The opening chunk's empty
+ * `"content":""` is not output.
+ */
+export const outputOf = (data: string): readonly string[] => {
+  let output: string[] | null = null;
+  for (const field of OUTPUT_FIELDS) {
+    for (let at = data.indexOf(field); at !== -1; at = data.indexOf(field, at + field.length)) {
+      const start = at + field.length;
+      const end = stringEnd(data, start);
+      if (end === start) continue;
+      output ??= [];
+      output.push(data.slice(start, end));
+    }
+  }
+  return output ?? NO_OUTPUT;
+};
+
+/** Where the JSON string whose contents begin at `start` ends: its closing quote (not an escaped one). */
+const stringEnd = (data: string, start: number): number => {
+  for (let at = data.indexOf('"', start); at !== -1; at = data.indexOf('"', at + 1)) {
+    let backslashes = 0;
+    while (data.charCodeAt(at - 1 - backslashes) === 92 /* \\ */) backslashes++;
+    if (backslashes % 2 === 0) return at;
+  }
+  return data.length;
 };

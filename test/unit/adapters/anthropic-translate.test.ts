@@ -579,7 +579,7 @@ describe('MessagesStreamTranslator', () => {
         },
       },
     ]);
-    expect(out.map((e) => e.contentChunks)).toEqual([0, 1, 1, 0, 0]);
+    expect(out.map((e) => e.output)).toEqual([[], ['Hello'], [' world'], [], []]);
     expect(out.map((e) => e.usageOnly)).toEqual([false, false, false, false, true]);
     expect(out.at(-1)?.usage).toEqual({
       promptTokens: 25,

@@ -25,6 +25,9 @@ describe('parseOpenAiUsage', () => {
     expect(parseOpenAiUsage(null)).toBeNull();
     expect(parseOpenAiUsage({ prompt_tokens: -1 })).toBeNull();
     expect(parseOpenAiUsage({ prompt_tokens: '5' })).toBeNull();
+    // Without its completion count a report would bill the prompt alone, whatever the reply was.
+    expect(parseOpenAiUsage({ prompt_tokens: 5 })).toBeNull();
+    expect(parseOpenAiUsage({ prompt_tokens: 5, completion_tokens: null, total_tokens: 5 })).toBeNull();
   });
 
   it('never lets cached exceed prompt tokens', () => {

@@ -1,0 +1,110 @@
+import { describe, expect, it, vi } from 'vitest';
+import { outputOf } from '#adapters/upstream/openai-compatible.ts';
+import { CallRecorder } from '#core/call-recorder.ts';
+import { prepareChat } from '#core/chat.ts';
+import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
+import { chatEventStream } from '#http/chat-stream.ts';
+import { chatModel, wordCounter } from '#test/fixtures.ts';
+import { stallingUpstream } from '#test/stalling.ts';
+
+/**
+ * A stream whose upstream reports no usage (or that ends early) is billed on our count of the output it relayed.
+ * That count once took every chunk for one token and saw only `content`: a reply whose upstream sends many words
+ * per chunk, or shows its reasoning (`reasoning_content`), was billed a fraction of what it produced — and a client
+ * could abort a reasoning model's stream just before its usage report to get the reasoning for almost nothing.
+ */
+
+const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
+  JSON.stringify({
+    id: 'c',
+    object: 'chat.completion.chunk',
+    created: 1,
+    model: 'm',
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+  });
+
+describe('the output a chunk carries (outputOf)', () => {
+  it('takes text, shown reasoning, refusals and tool-call pieces, and not the opening empty content', () => {
+    expect(outputOf(chunk({ role: 'assistant', content: '' }))).toEqual([]);
+    expect(outputOf(chunk({ content: 'He said "hi" \\ twice' }))).toEqual(['He said \\"hi\\" \\\\ twice']);
+    expect(outputOf(chunk({ reasoning_content: 'Let me think' }))).toEqual(['Let me think']);
+    expect(outputOf(chunk({ reasoning: 'Hmm' }))).toEqual(['Hmm']);
+    expect(outputOf(chunk({ refusal: 'No.' }))).toEqual(['No.']);
+    expect(
+      outputOf(
+        chunk({
+          tool_calls: [
+            { index: 0, id: 't', type: 'function', function: { name: 'get_weather', arguments: '{"c' } },
+          ],
+        }),
+      ),
+    ).toEqual(['{\\"c', 'get_weather']);
+    expect(outputOf(chunk({}, 'stop'))).toEqual([]);
+  });
+});
+
+/** An upstream that sends these chunks and ends (no usage report), or stalls after `stallAfter` of them. */
+const upstreamOf = (chunks: readonly string[], stallAfter?: number): ChatStream =>
+  stallingUpstream<ChatStreamEvent>(
+    chunks.map((data) => ({ data, usage: null, usageOnly: false, output: outputOf(data) })),
+    stallAfter,
+  );
+
+const prepared = (maxTokens?: number) =>
+  prepareChat(
+    {
+      model: 'famA-test',
+      messages: [{ role: 'user', content: 'think, then answer' }],
+      stream: true,
+      ...(maxTokens === undefined ? {} : { max_tokens: maxTokens }),
+    },
+    chatModel(),
+    wordCounter,
+  );
+
+const REPLY = [
+  chunk({ role: 'assistant', content: '' }),
+  chunk({ reasoning_content: 'The user wants a short answer,' }),
+  chunk({ reasoning_content: ' so I keep it brief.\n' }),
+  chunk({ content: 'Here is the answer in eight words, done.' }),
+  chunk({}, 'stop'),
+];
+
+describe('a stream billed on our count', () => {
+  it('counts every word it relayed, reasoning included, when the upstream reports no usage', async () => {
+    const call = new CallRecorder('chat.completions', 'req_estimate', { now: () => Date.now() });
+    const chat = prepared();
+    let text = '';
+    for await (const piece of chatEventStream(upstreamOf(REPLY), chat, call, wordCounter))
+      text += String(piece);
+    expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+    // 6 + 5 reasoning words and 8 words of text: 19, where one per content chunk counted 1.
+    expect(call.settlement()).toMatchObject({
+      outcome: 'success',
+      usage: { promptTokens: chat.promptTokens, completionTokens: 19, source: 'estimated' },
+    });
+  });
+
+  it('charges a client that leaves after the reasoning for the reasoning it was sent', async () => {
+    const call = new CallRecorder('chat.completions', 'req_leaves', { now: () => Date.now() });
+    // The opening and both reasoning chunks, then the model works on its answer while the client leaves.
+    const body = chatEventStream(upstreamOf(REPLY, 3), prepared(), call, wordCounter);
+    let text = '';
+    for await (const piece of body) {
+      text += String(piece);
+      if (text.includes('brief')) break;
+    }
+    // The hang-up reaches the relay as the body is destroyed, a few turns after the loop left it.
+    await vi.waitFor(() =>
+      expect(call.settlement()).toMatchObject({ outcome: 'client_aborted', usage: { completionTokens: 11 } }),
+    );
+  });
+
+  it('never counts past the completion cap the hold was sized on', async () => {
+    const call = new CallRecorder('chat.completions', 'req_capped', { now: () => Date.now() });
+    for await (const _ of chatEventStream(upstreamOf(REPLY), prepared(8), call, wordCounter)) {
+      // read to the end
+    }
+    expect(call.settlement().usage?.completionTokens).toBe(8);
+  });
+});
