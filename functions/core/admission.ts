@@ -410,9 +410,10 @@ export class Admission {
     return new RateLimitError(kind, message, {
       ...rateLimitHeaders(limits, state, nowUs),
       // A request larger than the limit itself never fits: no retry time, which clients (the openai SDKs honour
-      // retry-after-ms) would take as an invitation to retry in vain.
+      // retry-after-ms) would take as an invitation to retry in vain; and the header OpenAI's SDKs read before
+      // the status, since they retry any 429 that does not forbid it.
       ...(check.exceedsLimit
-        ? {}
+        ? { 'x-should-retry': 'false' }
         : {
             'retry-after': String(retrySeconds),
             'retry-after-ms': String(Math.ceil(check.retryAfterUs / 1000)),

@@ -20,6 +20,7 @@ const EXPOSED = [
   'x-ratelimit-reset-tokens',
   'retry-after',
   'retry-after-ms',
+  'x-should-retry',
   'server-timing',
   'x-svc-provider',
   'x-svc-served-model',

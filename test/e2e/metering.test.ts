@@ -1,5 +1,6 @@
 import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
+import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { emissionUs, statusOf, TIER_LIMITS } from '#core/limits.ts';
 import { usdToNano } from '#core/pricing.ts';
@@ -112,6 +113,8 @@ describe('rate limits (GCRA, injected clock)', () => {
     expect(refused.status).toBe(429);
     expect(((await refused.json()) as { error: { type: string } }).error.type).toBe('tokens');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    // Waiting cures this one: the SDKs may retry it, after the time it gives.
+    expect(refused.headers.get('x-should-retry')).toBeNull();
   });
 
   it('refuse a request larger than the limit itself without a retry time: waiting cannot make it fit', async () => {
@@ -124,7 +127,24 @@ describe('rate limits (GCRA, injected clock)', () => {
     expect(body.error.message).toMatch(/^Request too large for tokens per minute/);
     expect(refused.headers.get('retry-after')).toBeNull();
     expect(refused.headers.get('retry-after-ms')).toBeNull();
+    expect(refused.headers.get('x-should-retry')).toBe('false');
     expect(refused.headers.get('x-ratelimit-limit-tokens')).toBe('100000');
+    // The official SDK, which retries a 429 unless told not to, asks once and reports the refusal.
+    let calls = 0;
+    const sdk = new OpenAI({
+      baseURL: t.baseURL,
+      apiKey: key,
+      maxRetries: 2,
+      fetch: (input, init) => {
+        calls++;
+        return fetch(input, init);
+      },
+    });
+    const error = await sdk.chat.completions
+      .create({ model: 'svc-free-famA', messages: [{ role: 'user', content: 'hi' }], max_tokens: 100_001 })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(calls).toBe(1);
   });
 
   it('count per account across all its keys', async () => {
