@@ -72,7 +72,7 @@ export const createHandler = (container: () => Container) =>
     return {
       statusCode: 200,
       headers: SSE_HEADERS,
-      body: chatEventStream(stream, prepared, call, c.tokens),
+      body: chatEventStream(stream, prepared, call, c.outputTokens),
     };
   });
 
@@ -94,12 +94,12 @@ interface ReplyMessage {
 const estimatedUsage = (prepared: PreparedChat, result: ChatCompletionResult, c: Container): Usage => {
   let completion = 0;
   const count = (text: unknown) => {
-    if (typeof text === 'string') completion += c.tokens.count(text);
+    if (typeof text === 'string') completion += c.outputTokens.count(text);
   };
   for (const choice of (result.body.choices as { message?: ReplyMessage }[]) ?? []) {
     count(choice.message?.content);
-    count(choice.message?.reasoning_content);
-    count(choice.message?.reasoning);
+    // Some servers send the reasoning under both names, one an alias of the other: counted once.
+    count(choice.message?.reasoning_content || choice.message?.reasoning);
     count(choice.message?.refusal);
     for (const call of Array.isArray(choice.message?.tool_calls) ? choice.message.tool_calls : []) {
       count(call.function?.name);

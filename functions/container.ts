@@ -41,7 +41,10 @@ export interface Container {
   readonly log: Logger;
   readonly clock: Clock;
   readonly random: Random;
+  /** Counts prompts, remembering texts seen before (system prompts and chat histories come again and again). */
   readonly tokens: TokenCounter;
+  /** Counts a reply's output for an estimate: each reply is new, so nothing is remembered of it. */
+  readonly outputTokens: TokenCounter;
   readonly audio: AudioProbe;
   readonly gateway: Gateway;
   readonly registry: RegistryCache;
@@ -174,6 +177,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
     clock,
     random,
     tokens: cachedTokenCounter(o200kTokenCounter, TOKEN_COUNT_CACHE_CHARS),
+    outputTokens: o200kTokenCounter,
     audio: musicMetadataProbe,
     registry,
     registryStore,

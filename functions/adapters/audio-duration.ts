@@ -201,14 +201,19 @@ export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let bytesPerSecond: number | null = null;
   let dataBytes = 0;
-  /** The data chunk's real size, from an RF64/BW64 file's `ds64` chunk. */
+  const sixtyFour = fourCC(bytes, 0) !== 'RIFF';
+  /**
+   * An RF64/BW64 file's data size, from the `ds64` chunk that must come first: decoders (ffmpeg) take the data
+   * chunk's length from it whatever the chunk's own 32-bit field says — and only in those files: a `ds64` in a
+   * RIFF file is any other chunk.
+   */
   let ds64Data: number | null = null;
+  if (sixtyFour && bytes.length >= 36 && fourCC(bytes, 12) === 'ds64' && view.getUint32(16, true) >= 16)
+    ds64Data = view.getUint32(28, true) + view.getUint32(32, true) * 2 ** 32;
   for (let at = 12; at + 8 <= bytes.length; ) {
     const id = fourCC(bytes, at);
     let size = view.getUint32(at + 4, true);
     const body = at + 8;
-    if (id === 'ds64' && size >= 16 && body + 16 <= bytes.length)
-      ds64Data = view.getUint32(body + 8, true) + view.getUint32(body + 12, true) * 2 ** 32;
     // The first `fmt ` chunk describes the data, as decoders (ffmpeg) read it; a later one is ignored.
     if (id === 'fmt ' && bytesPerSecond === null && size >= 16 && body + 16 <= bytes.length) {
       let tag = view.getUint16(body, true);
@@ -222,7 +227,11 @@ export const pcmWavDurationMs = (bytes: Uint8Array): number | null => {
       bytesPerSecond = sampleRate * channels * Math.ceil(bits / 8);
     } else if (id === 'data') {
       if (bytesPerSecond === null) return null;
-      if (size === UNSIZED && ds64Data !== null) size = ds64Data;
+      // The first data chunk's; any later one has its own size.
+      if (ds64Data !== null) {
+        size = ds64Data;
+        ds64Data = null;
+      }
       // A streamed WAV may declare 0 or 0xFFFFFFFF: the data then runs to the end of the file.
       const toTheEnd = size === 0 || size === UNSIZED;
       dataBytes += toTheEnd ? bytes.length - body : Math.min(size, bytes.length - body);

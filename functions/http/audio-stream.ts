@@ -17,6 +17,7 @@ export const audioBody = (stream: AudioStream, call: CallRecorder, usage: Usage)
     close: () => stream.close(),
     // The client left before the first byte: charged as any abandoned speech call (the input was read).
     unread: () => call.aborted(usage),
+    cut: () => call.cutAtDeadline(usage),
   });
 };
 

@@ -19,45 +19,66 @@ export const chatEventStream = (
   tokens: TokenCounter,
 ): Readable => {
   const progress: RelayProgress = { started: false };
-  const output = new RelayedOutput(tokens);
+  const output = new RelayedOutput(tokens, completionLimit(prepared));
   return relayBody(call, relay(stream, prepared, call, progress, output), 16 * 1024, progress, {
     close: () => stream.close(),
     // The client left before the first byte: the prompt was processed for it, nothing was relayed.
     unread: () => call.aborted(estimatedUsage(prepared, output)),
+    cut: () => call.cutAtDeadline(output.reported ?? estimatedUsage(prepared, output)),
   });
 };
 
 /**
  * The completion output a stream relayed, kept for a count the stream may have to be billed on (no usage report,
- * a client gone, the call's deadline) — and counted only then: a stream with its usage report never pays for it.
- * Each piece is a token at least (a delta is the smallest thing a model emits); the text as a whole counts with the
- * tokenizer the prompt estimate uses, so a chunk of many words, or the reasoning a model shows, counts as what it is.
+ * a client gone, the call's deadline) — and counted only then, and let go once a usage report makes it moot: a
+ * stream with its report never pays for it. Each piece is a token at least (a delta is the smallest thing a model
+ * emits); the text as a whole counts with the tokenizer, so a chunk of many words, or the reasoning a model shows,
+ * counts as what it is. Never past `limit` (the completion cap), which the count need not go beyond.
  */
 class RelayedOutput {
   readonly #tokens: TokenCounter;
-  readonly #pieces: string[] = [];
+  readonly #limit: number;
+  /** The pieces as written (JSON string contents), joined now and then into one flat string: a piece sliced from
+   * its chunk would otherwise keep the whole chunk in memory. */
+  #text: string[] = [];
+  #pieces = 0;
+  /** The upstream's usage report (held to the completion limit), once it came. */
+  reported: Usage | null = null;
 
-  constructor(tokens: TokenCounter) {
+  constructor(tokens: TokenCounter, limit: number) {
     this.#tokens = tokens;
+    this.#limit = limit;
   }
 
   add(event: ChatStreamEvent): void {
-    for (const piece of event.output) if (piece !== '') this.#pieces.push(piece);
+    for (const piece of event.output) {
+      if (piece === '') continue;
+      this.#text.push(piece);
+      this.#pieces++;
+    }
+    if (this.#text.length >= 256) this.#text = [this.#text.join('')];
+  }
+
+  /** A usage report came: nothing will be counted. */
+  clear(): void {
+    this.#text = [];
+    this.#pieces = 0;
   }
 
   count(): number {
-    if (this.#pieces.length === 0) return 0;
-    return Math.max(this.#pieces.length, this.#tokens.count(this.#pieces.map(unescaped).join('')));
+    if (this.#pieces === 0) return 0;
+    if (this.#pieces >= this.#limit) return this.#pieces;
+    return Math.max(this.#pieces, this.#tokens.countUpTo(unescaped(this.#text.join('')), this.#limit));
   }
 }
 
-/** A JSON string's contents as text (its escapes resolved); as written, should they not parse. */
-const unescaped = (piece: string): string => {
-  if (!piece.includes('\\')) return piece;
+/** JSON string contents as text (escapes resolved); as written, should they not parse. */
+const unescaped = (contents: string): string => {
+  if (!contents.includes('\\')) return contents;
   try {
-    return JSON.parse(`"${piece}"`) as string;
+    return JSON.parse(`"${contents}"`) as string;
   } catch {
-    return piece;
+    return contents;
   }
 };
 
@@ -94,10 +115,13 @@ async function* relay(
       if (next.done) break;
       const event = next.value;
       lastData = event.data;
-      output.add(event);
-      if (event.usage === null) yield frame(event.data);
-      else {
+      if (event.usage === null) {
+        if (usage === null) output.add(event);
+        yield frame(event.data);
+      } else {
         usage = withinCompletionLimit(event.usage, limit);
+        output.clear();
+        output.reported = usage;
         // A report above the call's limit is billed, and shown, at the limit.
         const data = usage === event.usage ? event.data : withUsage(event.data, usage);
         if (prepared.clientWantsUsage) yield frame(data);

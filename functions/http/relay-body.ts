@@ -21,7 +21,16 @@ export interface RelayHandlers {
   close(): void;
   /** Records the outcome of a call whose body was never read (the client left before the first byte). */
   unread(): void;
+  /** Records the call as cut at its deadline, with what it relayed so far (CallRecorder.cutAtDeadline). */
+  cut(): void;
 }
+
+/**
+ * How long after its deadline a body whose reader has stopped reading is destroyed. The relay learns of the cut
+ * only when it reads the upstream again, and a relay held at a `yield` by a reader that reads nothing never does:
+ * without this, Lambda would kill the invocation 10 s later, unsettled — its output free.
+ */
+const STUCK_READER_GRACE_MS = 2_000;
 
 /**
  * Why a relay's upstream read failed, as the relay should end: null when the client went away (the body closed
@@ -57,7 +66,9 @@ const deadlineError = (): UpstreamFaultError =>
  *   upstream, and the generator's failed read ends as an abort (failureOf).
  * - **The call's deadline** (CallRecorder.endBy): Lambda kills an invocation at its timeout, the work after the
  *   response included, so the stream is cut before then — `progress.outOfTime`, the upstream closed — and the
- *   generator ends it as interrupted, in time for the invocation to settle.
+ *   generator ends it with an error event, recorded as cut at the deadline (charged for what it sent), in time for
+ *   the invocation to settle. A reader that has stopped reading holds the generator at a `yield`, where it cannot
+ *   see the cut: shortly after, the body records it (`cut`) and is destroyed.
  */
 export const relayBody = <T>(
   call: CallRecorder,
@@ -67,6 +78,7 @@ export const relayBody = <T>(
   handlers: RelayHandlers,
 ): Readable => {
   const body = Readable.from(relay, { objectMode: false, highWaterMark });
+  let stuck: NodeJS.Timeout | undefined;
   const deadline =
     call.endBy === null
       ? null
@@ -74,6 +86,12 @@ export const relayBody = <T>(
           () => {
             progress.outOfTime = true;
             handlers.close();
+            stuck = setTimeout(() => {
+              if (body.destroyed) return;
+              handlers.cut();
+              body.destroy();
+            }, STUCK_READER_GRACE_MS);
+            stuck.unref();
           },
           Math.max(0, call.endBy - Date.now()),
         );
@@ -95,6 +113,7 @@ export const relayBody = <T>(
   let done = false;
   const finish = () => {
     clearTimeout(deadline ?? undefined);
+    clearTimeout(stuck);
     if (done || progress.started) return;
     done = true;
     handlers.unread();

@@ -202,12 +202,16 @@ class RelayedStream implements ChatStream {
         // One usage-only chunk per stream, as OpenAI sends: one an upstream repeats is not repeated to the client.
         if (usageOnly && this.#usageOnlySeen) return null;
         if (usageOnly) this.#usageOnlySeen = true;
-        return {
-          data,
-          usage: parseOpenAiUsage(chunk.usage),
-          usageOnly,
-          output: usageOnly ? NO_OUTPUT : outputOf(data),
-        };
+        const usage = parseOpenAiUsage(chunk.usage);
+        if (usage === null) {
+          // A report nothing can be billed on (no completion count, say): not passed on — a client that asked for
+          // usage gets the one the stream is billed on (our count) at its end, and one that did not, none.
+          if (usageOnly) return null;
+          delete chunk.usage;
+          const stripped = JSON.stringify(chunk);
+          return { data: stripped, usage: null, usageOnly: false, output: outputOf(stripped) };
+        }
+        return { data, usage, usageOnly, output: usageOnly ? NO_OUTPUT : outputOf(data) };
       }
     }
     if (this.#stripNullUsage && usageAt !== -1) data = data.replace(',"usage":null', '');
@@ -326,34 +330,68 @@ const countNonEmpty = (text: string, needle: string): number => {
 
 const NO_OUTPUT: readonly string[] = [];
 
-/** The fields whose strings are completion output: text, visible reasoning, a refusal, a tool call's pieces. */
-const OUTPUT_FIELDS = [
-  '"content":"',
-  '"reasoning_content":"',
-  '"reasoning":"',
-  '"refusal":"',
-  '"arguments":"',
-  '"name":"',
-];
+/**
+ * The fields whose strings are completion output: text, shown reasoning, a refusal, a tool call's pieces. Shown
+ * reasoning comes as `reasoning_content` or as `reasoning` — some servers send the same text under both names (one
+ * an alias of the other), so where a delta has the first, the second is not counted again.
+ */
+const OUTPUT_FIELDS = ['"content":"', '"refusal":"', '"arguments":"', '"name":"'];
+const REASONING = '"reasoning_content":"';
+const REASONING_ALIAS = '"reasoning":"';
+const DELTA = '"delta":{';
 
 /**
  * The completion output a chunk carries, for our count when the stream must be billed from an estimate: each
- * non-empty output string, as written (found without a parse, as the rest of this relay works: inside a JSON
- * string every quote is escaped, so a field's opening cannot appear there). The opening chunk's empty
- * `"content":""` is not output.
+ * non-empty output string of its choices' deltas, as written — found without a parse, as the rest of this relay
+ * works (inside a JSON string every quote is escaped, so neither a field's opening nor a delta's can appear there).
+ * Only deltas: some upstreams add the whole message so far beside each delta (Perplexity's `message`), which is not
+ * new output. The opening chunk's empty `"content":""` is not output.
  */
 export const outputOf = (data: string): readonly string[] => {
   let output: string[] | null = null;
-  for (const field of OUTPUT_FIELDS) {
-    for (let at = data.indexOf(field); at !== -1; at = data.indexOf(field, at + field.length)) {
-      const start = at + field.length;
-      const end = stringEnd(data, start);
-      if (end === start) continue;
-      output ??= [];
-      output.push(data.slice(start, end));
-    }
+  for (let at = data.indexOf(DELTA); at !== -1; at = data.indexOf(DELTA, at + DELTA.length)) {
+    const open = at + DELTA.length - 1;
+    const close = objectEnd(data, open);
+    const before = output?.length ?? 0;
+    output = piecesOf(data, REASONING, open, close, output);
+    if ((output?.length ?? 0) === before) output = piecesOf(data, REASONING_ALIAS, open, close, output);
+    for (const field of OUTPUT_FIELDS) output = piecesOf(data, field, open, close, output);
   }
   return output ?? NO_OUTPUT;
+};
+
+/** Adds to `output` the non-empty strings of `field` between `from` and `to`. */
+const piecesOf = (
+  data: string,
+  field: string,
+  from: number,
+  to: number,
+  output: string[] | null,
+): string[] | null => {
+  for (
+    let at = data.indexOf(field, from);
+    at !== -1 && at < to;
+    at = data.indexOf(field, at + field.length)
+  ) {
+    const start = at + field.length;
+    const end = stringEnd(data, start);
+    if (end === start) continue;
+    output ??= [];
+    output.push(data.slice(start, end));
+  }
+  return output;
+};
+
+/** Where the JSON object that opens at `open` ends (past its closing brace), strings skipped. */
+const objectEnd = (data: string, open: number): number => {
+  let depth = 0;
+  for (let at = open; at < data.length; at++) {
+    const code = data.charCodeAt(at);
+    if (code === 34 /* " */) at = stringEnd(data, at + 1);
+    else if (code === 123 /* { */) depth++;
+    else if (code === 125 /* } */ && --depth === 0) return at + 1;
+  }
+  return data.length;
 };
 
 /** Where the JSON string whose contents begin at `start` ends: its closing quote (not an escaped one). */

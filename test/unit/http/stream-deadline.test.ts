@@ -63,6 +63,37 @@ describe('a relayed stream at its deadline', () => {
     expect(settled.cost).toBe(prepared.promptTokens * 1_000 + 3 * 2_000);
   });
 
+  it('records the cut and ends the body when its reader has stopped reading, so the invocation still settles', async () => {
+    const call = new CallRecorder('chat.completions', 'req_stuck', { now: () => Date.now() });
+    call.model = chatModel();
+    call.endBy = Date.now() + 100;
+    const prepared = prepareChat(
+      { model: 'famA-test', messages: [{ role: 'user', content: 'hi' }], stream: true },
+      chatModel(),
+      wordCounter,
+    );
+    // Far more than the body buffers: the relay waits at a yield for a reader that never reads again.
+    const words = Array.from({ length: 5_000 }, (_, i) => ({
+      ...chunk(`{"content":" w${i}"}`),
+      output: [` w${i}`],
+    }));
+    const body = chatEventStream(stallingUpstream(words), prepared, call, wordCounter);
+    const first = await new Promise<unknown>((resolve) => body.once('data', resolve));
+    body.pause();
+    expect(String(first)).toContain('w0');
+    const closed = new Promise<void>((resolve) => body.once('close', () => resolve()));
+    await closed;
+    expect(body.destroyed).toBe(true);
+    const settled = call.settlement();
+    expect(settled).toMatchObject({
+      outcome: 'client_aborted',
+      fault: { detail: expect.stringContaining('deadline') },
+    });
+    // What the relay had produced by then, held to nothing more: some words, fewer than all of them.
+    expect(settled.usage?.completionTokens).toBeGreaterThan(0);
+    expect(settled.usage?.completionTokens).toBeLessThan(words.length);
+  }, 10_000);
+
   it('cuts speech audio at the deadline and charges its characters, as for a client that leaves mid-audio', async () => {
     const call = new CallRecorder('audio.speech', 'req_speech_deadline', { now: () => Date.now() });
     call.model = chatModel({ id: 'svc-tts', kind: 'speech', rates: { input: 25, output: 0 } });

@@ -41,6 +41,28 @@ describe('the output a chunk carries (outputOf)', () => {
     ).toEqual(['{\\"c', 'get_weather']);
     expect(outputOf(chunk({}, 'stop'))).toEqual([]);
   });
+
+  it('counts reasoning sent under both its names once, and nothing outside the deltas', () => {
+    expect(outputOf(chunk({ reasoning_content: 'Let me think', reasoning: 'Let me think' }))).toEqual([
+      'Let me think',
+    ]);
+    // The whole message so far beside the delta (as Perplexity sends it) is not new output.
+    const withMessage = JSON.stringify({
+      id: 'c',
+      choices: [
+        { index: 0, delta: { content: ' world' }, message: { role: 'assistant', content: 'Hello world' } },
+      ],
+    });
+    expect(outputOf(withMessage)).toEqual([' world']);
+    // Every choice's delta (n > 1), a brace inside a string notwithstanding.
+    const two = JSON.stringify({
+      choices: [
+        { index: 0, delta: { content: 'a } b' } },
+        { index: 1, delta: { content: 'c' } },
+      ],
+    });
+    expect(outputOf(two)).toEqual(['a } b', 'c']);
+  });
 });
 
 /** An upstream that sends these chunks and ends (no usage report), or stalls after `stallAfter` of them. */
