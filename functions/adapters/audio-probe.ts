@@ -40,7 +40,7 @@ export const formatOf = (container: string | undefined): string | null => {
  * are counted; other codecs in it would be billed on the header's duration alone.
  */
 const isoMediaFormat = (bytes: Uint8Array, container: string | undefined): string | null => {
-  if (bytes.length < 8 || String.fromCharCode(...bytes.subarray(4, 8)) !== 'ftyp') return null;
+  // Null for anything that is not ISO media with an AAC track.
   if (mp4AacDurationMs(bytes) === null) return null;
   return container?.startsWith('M4A') ? 'm4a' : 'mp4';
 };

@@ -102,12 +102,7 @@ export class CallRecorder {
 
   /** The client went away mid-response: charged for what was produced up to then. */
   aborted(usage: Usage | null): void {
-    this.#end ??= {
-      outcome: 'client_aborted',
-      status: 200,
-      usage,
-      fault: { kind: 'client', status: null, detail: 'client closed the connection mid-response' },
-    };
+    this.#charged(usage, 'client closed the connection mid-response');
   }
 
   /**
@@ -117,11 +112,16 @@ export class CallRecorder {
    * it made any output free to a client that read slowly enough.
    */
   cutAtDeadline(usage: Usage | null): void {
+    this.#charged(usage, "cut off at the call's deadline mid-response");
+  }
+
+  /** A response that ended early on the caller's account: `client_aborted`, charged for what was produced. */
+  #charged(usage: Usage | null, detail: string): void {
     this.#end ??= {
       outcome: 'client_aborted',
       status: 200,
       usage,
-      fault: { kind: 'client', status: null, detail: "cut off at the call's deadline mid-response" },
+      fault: { kind: 'client', status: null, detail },
     };
   }
 

@@ -19,38 +19,57 @@ export const chatEventStream = (
   tokens: TokenCounter,
 ): Readable => {
   const progress: RelayProgress = { started: false };
-  const output = new RelayedOutput(tokens, completionLimit(prepared));
-  return relayBody(call, relay(stream, prepared, call, progress, output), 16 * 1024, progress, {
+  const tally = new StreamTally(prepared, tokens);
+  return relayBody(call, relay(stream, prepared, call, progress, tally), 16 * 1024, progress, {
     close: () => stream.close(),
     // The client left before the first byte: the prompt was processed for it, nothing was relayed.
-    unread: () => call.aborted(estimatedUsage(prepared, output)),
-    cut: () => call.cutAtDeadline(output.reported ?? estimatedUsage(prepared, output)),
+    unread: () => call.aborted(tally.billed()),
+    cut: () => call.cutAtDeadline(tally.billed()),
   });
 };
 
 /**
- * The completion output a stream relayed, kept for a count the stream may have to be billed on (no usage report,
- * a client gone, the call's deadline) — and counted only then, and let go once a usage report makes it moot: a
+ * What a stream is billed on: the upstream's usage report once it comes (held to the call's completion limit, as a
+ * report above it is billed and shown at the limit), else our count of the output relayed (no report, a client
+ * gone, the call's deadline). That output is kept until a report makes it moot, and counted only when needed: a
  * stream with its report never pays for it. Each piece is a token at least (a delta is the smallest thing a model
  * emits); the text as a whole counts with the tokenizer, so a chunk of many words, or the reasoning a model shows,
- * counts as what it is. Never past `limit` (the completion cap), which the count need not go beyond.
+ * counts as what it is — never past the limit, which the count need not go beyond.
  */
-class RelayedOutput {
+class StreamTally {
+  readonly #prepared: PreparedChat;
   readonly #tokens: TokenCounter;
   readonly #limit: number;
-  /** The pieces as written (JSON string contents), joined now and then into one flat string: a piece sliced from
-   * its chunk would otherwise keep the whole chunk in memory. */
+  /**
+   * The pieces as written (JSON string contents), joined now and then into one flat string: a piece sliced from
+   * its chunk would otherwise keep the whole chunk in memory.
+   */
   #text: string[] = [];
   #pieces = 0;
-  /** The upstream's usage report (held to the completion limit), once it came. */
-  reported: Usage | null = null;
+  #reported: Usage | null = null;
 
-  constructor(tokens: TokenCounter, limit: number) {
+  constructor(prepared: PreparedChat, tokens: TokenCounter) {
+    this.#prepared = prepared;
     this.#tokens = tokens;
-    this.#limit = limit;
+    this.#limit = completionLimit(prepared);
   }
 
+  /** The upstream's report, as billed; null until it comes. */
+  get reported(): Usage | null {
+    return this.#reported;
+  }
+
+  /** Takes the upstream's report (the output kept for a count is let go); returns it as billed. */
+  report(usage: Usage): Usage {
+    this.#reported = withinCompletionLimit(usage, this.#limit);
+    this.#text = [];
+    this.#pieces = 0;
+    return this.#reported;
+  }
+
+  /** Keeps a relayed event's output for a count, while no report has come. */
   add(event: ChatStreamEvent): void {
+    if (this.#reported !== null) return;
     for (const piece of event.output) {
       if (piece === '') continue;
       this.#text.push(piece);
@@ -59,13 +78,26 @@ class RelayedOutput {
     if (this.#text.length >= 256) this.#text = [this.#text.join('')];
   }
 
-  /** A usage report came: nothing will be counted. */
-  clear(): void {
-    this.#text = [];
-    this.#pieces = 0;
+  /** Our count: the prompt estimate plus the output relayed, within the completion limit. */
+  estimate(): Usage {
+    return withinCompletionLimit(
+      {
+        promptTokens: this.#prepared.promptTokens,
+        completionTokens: this.#outputTokens(),
+        cachedPromptTokens: 0,
+        reasoningTokens: 0,
+        source: 'estimated',
+      },
+      this.#limit,
+    );
   }
 
-  count(): number {
+  /** The report if one came, else our count. */
+  billed(): Usage {
+    return this.#reported ?? this.estimate();
+  }
+
+  #outputTokens(): number {
     if (this.#pieces === 0) return 0;
     if (this.#pieces >= this.#limit) return this.#pieces;
     return Math.max(this.#pieces, this.#tokens.countUpTo(unescaped(this.#text.join('')), this.#limit));
@@ -87,14 +119,12 @@ async function* relay(
   prepared: PreparedChat,
   call: CallRecorder,
   progress: RelayProgress,
-  output: RelayedOutput,
+  tally: StreamTally,
 ): AsyncGenerator<string> {
   progress.started = true;
-  let usage: Usage | null = null;
   /** The last chunk relayed: a usage chunk we add takes its id, creation time and model. */
   let lastData: string | null = null;
   let finished = false;
-  const limit = completionLimit(prepared);
   const upstream = stream[Symbol.asyncIterator]();
   try {
     for (;;) {
@@ -107,8 +137,8 @@ async function* relay(
         const cause = failureOf(progress, error);
         if (cause === null) return; // the client left: an abort, recorded below
         finished = true;
-        if (progress.outOfTime) call.cutAtDeadline(usage ?? estimatedUsage(prepared, output));
-        else call.interrupted(cause, usage);
+        if (progress.outOfTime) call.cutAtDeadline(tally.billed());
+        else call.interrupted(cause, tally.reported);
         yield errorFrame(cause);
         return;
       }
@@ -116,12 +146,10 @@ async function* relay(
       const event = next.value;
       lastData = event.data;
       if (event.usage === null) {
-        if (usage === null) output.add(event);
+        tally.add(event);
         yield frame(event.data);
       } else {
-        usage = withinCompletionLimit(event.usage, limit);
-        output.clear();
-        output.reported = usage;
+        const usage = tally.report(event.usage);
         // A report above the call's limit is billed, and shown, at the limit.
         const data = usage === event.usage ? event.data : withUsage(event.data, usage);
         if (prepared.clientWantsUsage) yield frame(data);
@@ -129,17 +157,17 @@ async function* relay(
       }
     }
     finished = true;
-    if (usage === null) {
+    if (tally.reported === null) {
       // The upstream sent no usage chunk: bill our count, and show it to a client that asked for usage.
-      const counted = estimatedUsage(prepared, output);
+      const counted = tally.estimate();
       call.succeeded(counted);
       if (prepared.clientWantsUsage)
         yield frame(usageChunk(lastData, call.requestId, prepared.request.model, counted));
-    } else call.succeeded(usage);
+    } else call.succeeded(tally.reported);
     yield DONE_FRAME;
   } finally {
     // Unfinished here means the consumer stopped reading: the client went away.
-    if (!finished) call.aborted(usage ?? estimatedUsage(prepared, output));
+    if (!finished) call.aborted(tally.billed());
     stream.close();
   }
 }
@@ -173,19 +201,3 @@ const withoutUsage = (data: string): string => {
   delete chunk.usage;
   return JSON.stringify(chunk);
 };
-
-/**
- * Usage when the upstream sent none (or the stream ended early): the prompt estimate plus the output relayed
- * (RelayedOutput), held to the call's completion limit as a report would be.
- */
-const estimatedUsage = (prepared: PreparedChat, output: RelayedOutput): Usage =>
-  withinCompletionLimit(
-    {
-      promptTokens: prepared.promptTokens,
-      completionTokens: output.count(),
-      cachedPromptTokens: 0,
-      reasoningTokens: 0,
-      source: 'estimated',
-    },
-    completionLimit(prepared),
-  );
