@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { Deployment, Model } from '#core/registry.ts';
+import { type Deployment, type Model, OMITTABLE_PARAMS } from '#core/registry.ts';
 import { MAX_TIMER_MS } from '#functions/config.ts';
 
 /**
@@ -65,6 +65,7 @@ export const deploymentSchema = z.strictObject({
   cost: ratesSchema.optional(),
   reasoningParams: z.record(z.string(), z.unknown()).optional(),
   completionCapParam: z.enum(['max_tokens', 'max_completion_tokens']).optional(),
+  omitParams: z.array(z.enum(OMITTABLE_PARAMS)).min(1).optional(),
   timeouts: z
     .strictObject({
       // At most a timer's longest delay: past it Node fires the timer at once, cutting every call.

@@ -314,6 +314,9 @@ const checkDeployment = (d: Deployment, model: Model, error: (field: string, mes
       `"${model.id}" is ${aKind(model)} model: only chat calls carry a completion cap`,
     );
   }
+  if (d.omitParams !== undefined && model.kind !== 'chat') {
+    error('omitParams', `"${model.id}" is ${aKind(model)} model: only chat calls carry sampling fields`);
+  }
   if (d.cost?.output !== undefined && model.kind !== 'chat') {
     error('cost.output', `"${model.id}" is ${aKind(model)} model: only chat models have an output rate`);
   }

@@ -194,7 +194,8 @@ export const estimatePromptTokens = (
 /**
  * The upstream body for one deployment. Spec §4 rules: the default temperature is explicit; streams
  * always ask the upstream for the usage chunk (rule 4) so billing never depends on the client;
- * reasoning parameters are added only for reasoning-tier models (rule 1), from the deployment.
+ * reasoning parameters are added only for reasoning-tier models (rule 1), from the deployment. Fields the
+ * deployment says its upstream refuses (`omitParams`) are left out.
  */
 export const upstreamChatBody = (prepared: PreparedChat, deployment: Deployment): Record<string, unknown> => {
   const { request } = prepared;
@@ -213,5 +214,7 @@ export const upstreamChatBody = (prepared: PreparedChat, deployment: Deployment)
     body.max_completion_tokens = body.max_tokens;
     delete body.max_tokens;
   }
+  // After the default temperature is set: a deployment that refuses the field gets neither the client's nor ours.
+  if (deployment.omitParams) for (const param of deployment.omitParams) delete body[param];
   return body;
 };

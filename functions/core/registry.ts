@@ -78,9 +78,26 @@ export interface Deployment {
    * refuse it and take `max_completion_tokens`, which also bounds their hidden reasoning.
    */
   readonly completionCapParam?: 'max_tokens' | 'max_completion_tokens';
+  /**
+   * Chat: client sampling fields this upstream refuses, left out of its body. OpenAI's reasoning models answer 400
+   * to any temperature but 1 (and we send the spec's default, 0.7, when the client gives none), to `top_p` and to
+   * the penalties; o3 and o4-mini also to `stop`. Sent anyway, every call to such a deployment would fail.
+   */
+  readonly omitParams?: readonly OmittableParam[];
   readonly timeouts?: DeploymentTimeouts;
   readonly status: 'active' | 'retired';
 }
+
+/** Whitelisted chat fields a deployment may leave out (`omitParams`): each only tunes sampling or stopping. */
+export const OMITTABLE_PARAMS = [
+  'temperature',
+  'top_p',
+  'presence_penalty',
+  'frequency_penalty',
+  'stop',
+  'seed',
+] as const;
+export type OmittableParam = (typeof OMITTABLE_PARAMS)[number];
 
 export interface DeploymentTimeouts {
   /** Upper bound on waiting for the first byte (headers for non-streams, first event for streams). */

@@ -221,6 +221,27 @@ describe('registry file', () => {
     expect(issues(unknown)[0]).toMatch(/^deployments\[0\]\.completionCapParam: /);
   });
 
+  it('takes fields to leave out of chat bodies, for chat deployments only and from the sampling fields', () => {
+    const chatOnly = file(1);
+    Object.assign(chatOnly.deployments[0] as object, { omitParams: ['temperature', 'top_p'] });
+    expect(parseRegistryFile(chatOnly, {}).deployments[0]?.omitParams).toEqual(['temperature', 'top_p']);
+    const embedding = {
+      models: [
+        { id: 'svc-embed', family: 'svc', kind: 'embedding', dimensions: 1536, rates: { input: 0.05 } },
+      ],
+      deployments: [deployment('svc-embed@b', 'svc-embed', { omitParams: ['temperature'], cost: undefined })],
+    };
+    expect(issues(embedding)).toEqual([
+      'deployments[0].omitParams: "svc-embed" is an embedding model: only chat calls carry sampling fields',
+    ]);
+    // Never a field the call depends on: the model, its messages, the cap the hold was sized by.
+    for (const field of ['messages', 'max_tokens', 'stream_options']) {
+      const bad = file(1);
+      Object.assign(bad.deployments[0] as object, { omitParams: [field] });
+      expect(issues(bad)[0]).toMatch(/^deployments\[0\]\.omitParams\[0\]: /);
+    }
+  });
+
   it("refuses rates that contradict the model's flags or kind", () => {
     const input = {
       models: [

@@ -139,6 +139,28 @@ describe('the upstream body', () => {
     expect(body).not.toHaveProperty('max_tokens');
   });
 
+  it('leaves out the fields a deployment says its upstream refuses, our default temperature included', () => {
+    const refuses = deployment({ omitParams: ['temperature', 'top_p', 'stop'] });
+    const defaulted = upstreamChatBody(prepareChat(request(), chatModel(), wordCounter), refuses);
+    expect(defaulted).not.toHaveProperty('temperature');
+    const given = prepareChat(
+      request({ temperature: 0.2, top_p: 0.9, stop: ['END'], seed: 7, presence_penalty: 0.5 }),
+      chatModel(),
+      wordCounter,
+    );
+    const body = upstreamChatBody(given, refuses);
+    expect(body).not.toHaveProperty('temperature');
+    expect(body).not.toHaveProperty('top_p');
+    expect(body).not.toHaveProperty('stop');
+    // Fields the deployment did not name still go.
+    expect(body).toMatchObject({ seed: 7, presence_penalty: 0.5, max_tokens: expect.any(Number) });
+    expect(upstreamChatBody(given, deployment())).toMatchObject({
+      temperature: 0.2,
+      top_p: 0.9,
+      stop: ['END'],
+    });
+  });
+
   it('keeps the client temperature, including 0', () => {
     const prepared = prepareChat(request({ temperature: 0 }), chatModel(), wordCounter);
     expect(upstreamChatBody(prepared, deployment()).temperature).toBe(0);
