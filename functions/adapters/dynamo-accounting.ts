@@ -108,6 +108,21 @@ const sameGeneration = (gen: number, values: Record<string, AttributeValue>, pla
   return `#gen = ${placeholder}`;
 };
 
+/** A wallet condition that fails when the account owes (`:zero` bound), so the caller knows to collect. */
+const NO_DEBT = '(attribute_not_exists(owed) OR owed <= :zero)';
+
+/** Where an arrears ledger entry comes from: its time, a key unique to its cause, and the request it names. */
+interface CollectionEntry {
+  readonly at: number;
+  readonly id: string;
+  readonly reference: string;
+}
+const ledgerOf = (plan: SettlementPlan): CollectionEntry => ({
+  at: plan.receivedAt,
+  id: plan.settlementId,
+  reference: plan.requestId,
+});
+
 const failed = (reason: CancellationReason | undefined) => reason?.Code === 'ConditionalCheckFailed';
 const conflicted = (reasons: readonly CancellationReason[]) =>
   reasons.some(
@@ -256,6 +271,9 @@ export class DynamoAccounting implements AccountingStore {
     let holdPresent = plan.hold !== null;
     let seenAvailable: number | null = null;
     let shortfalls = 0;
+    // Whether the account was seen owing when this settlement frees money (its hold less its cost): what it frees
+    // then pays the debt (#collectOwed) instead of being spent on new calls until the next top-up.
+    let owing = false;
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
       const released = holdPresent && plan.hold ? plan.hold.amount : 0;
       const { charge, owed } =
@@ -304,6 +322,7 @@ export class DynamoAccounting implements AccountingStore {
               seen: seenAvailable,
               need: plan.cost - released,
               forced: shortfalls >= 3,
+              owing,
             }),
           );
         if (paid) {
@@ -386,7 +405,8 @@ export class DynamoAccounting implements AccountingStore {
       try {
         await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
         // Best effort, after the fact: the settlement stands whatever happens here (the next top-up collects).
-        if (owed > 0 && plan.accountId) await this.#collectOwed(plan.accountId, plan).catch(() => {});
+        if ((owed > 0 || owing) && plan.accountId)
+          await this.#collectOwed(plan.accountId, ledgerOf(plan)).catch(() => {});
         return 'settled';
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
@@ -402,6 +422,11 @@ export class DynamoAccounting implements AccountingStore {
           continue;
         }
         if (roles.includes('wallet') && failed(reasonOf('wallet'))) {
+          if (!owing && released > charge && num(reasonOf('wallet')?.Item?.owed) > 0) {
+            // The account owes: settle without the no-debt condition, then collect.
+            owing = true;
+            continue;
+          }
           // A busy account's available amount can move between any read and the next write, every time: from the
           // third miss the settlement takes nothing from it — the hold pays what it can, the rest is owed — which
           // needs no condition, so it commits instead of failing its way to the dead-letter queue (and what is
@@ -427,7 +452,12 @@ export class DynamoAccounting implements AccountingStore {
     released: number,
     charge: number,
     owed: number,
-    shortfall: { readonly seen: number | null; readonly need: number; readonly forced: boolean },
+    shortfall: {
+      readonly seen: number | null;
+      readonly need: number;
+      readonly forced: boolean;
+      readonly owing: boolean;
+    },
   ): TransactWriteItem {
     const values: Record<string, AttributeValue> = {
       ':zero': N(0),
@@ -442,6 +472,9 @@ export class DynamoAccounting implements AccountingStore {
       if (charge > released) {
         values[':need'] = N(charge - released);
         condition = 'available >= :need';
+      } else if (charge < released && !shortfall.owing) {
+        // Money freed goes to a debt first: a wallet that owes fails this, and the retry collects (settle).
+        condition = NO_DEBT;
       }
     } else {
       values[':owed'] = N(owed);
@@ -467,12 +500,12 @@ export class DynamoAccounting implements AccountingStore {
   }
 
   /**
-   * After a settlement left part of its cost owed (the wallet could not pay it then), takes what is owed from what
-   * is available now, as far as it goes: money that arrived meanwhile (a released hold, a top-up) pays the debt
-   * at once rather than being spent on new calls until the next top-up. Best effort: what it cannot take now, the
-   * next top-up collects.
+   * After a settlement left part of its cost owed (the wallet could not pay it then), or money was freed on a
+   * wallet that owes (a settlement or the sweeper releasing a hold), takes what is owed from what is available
+   * now, as far as it goes: that money pays the debt at once rather than being spent on new calls until the next
+   * top-up. Best effort: what it cannot take now, the next release or top-up collects.
    */
-  async #collectOwed(accountId: string, plan: SettlementPlan): Promise<void> {
+  async #collectOwed(accountId: string, entry: CollectionEntry): Promise<void> {
     for (let attempt = 1; attempt <= 3; attempt++) {
       const wallet = await this.wallet(accountId);
       const amount = Math.min(wallet.owed, wallet.available);
@@ -496,12 +529,12 @@ export class DynamoAccounting implements AccountingStore {
                   TableName: this.#tables.wallet,
                   Item: {
                     pk: S(accountKey(accountId)),
-                    sk: S(ledgerSk(plan.receivedAt, `${plan.settlementId}#collected#${attempt}`)),
+                    sk: S(ledgerSk(entry.at, `${entry.id}#collected#${attempt}`)),
                     kind: S('arrears'),
                     amount: N(amount),
                     owed: N(0),
-                    reference: S(plan.requestId),
-                    at: N(plan.receivedAt),
+                    reference: S(entry.reference),
+                    at: N(entry.at),
                   },
                   ConditionExpression: 'attribute_not_exists(pk)',
                 },
@@ -557,7 +590,10 @@ export class DynamoAccounting implements AccountingStore {
                       TableName: this.#tables.wallet,
                       Key: { pk: S(pk), sk: S('wallet') },
                       UpdateExpression: 'SET available = available + :amount',
-                      ExpressionAttributeValues: { ':amount': N(num(hold.amount)) },
+                      ExpressionAttributeValues: { ':amount': N(num(hold.amount)), ':zero': N(0) },
+                      // Read back only when the wallet owes: then what the release frees pays the debt.
+                      ConditionExpression: NO_DEBT,
+                      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
                     },
                   },
                 ],
@@ -565,13 +601,52 @@ export class DynamoAccounting implements AccountingStore {
             );
             released++;
           } catch (error) {
-            // Settled (or released) in the meantime: nothing to do.
             if (!(error instanceof TransactionCanceledException)) throw error;
+            const [holdGone, wallet] = error.CancellationReasons ?? [];
+            // Settled (or released) in the meantime: nothing to do.
+            if (failed(holdGone) || !failed(wallet) || num(wallet?.Item?.owed) <= 0) continue;
+            if (await this.#releaseOwing(pk, sk, num(hold.amount), nowMs)) released++;
           }
         }
       }
     }
     return released;
+  }
+
+  /** The sweeper's release of one hold on a wallet that owes: the hold's amount freed, then the debt collected. */
+  async #releaseOwing(pk: string, sk: string, amount: number, nowMs: number): Promise<boolean> {
+    try {
+      await this.#client.send(
+        new TransactWriteItemsCommand({
+          TransactItems: [
+            {
+              Delete: {
+                TableName: this.#tables.wallet,
+                Key: { pk: S(pk), sk: S(sk) },
+                ConditionExpression: 'attribute_exists(pk)',
+              },
+            },
+            {
+              Update: {
+                TableName: this.#tables.wallet,
+                Key: { pk: S(pk), sk: S('wallet') },
+                UpdateExpression: 'SET available = available + :amount',
+                ExpressionAttributeValues: { ':amount': N(amount) },
+              },
+            },
+          ],
+        }),
+      );
+    } catch (error) {
+      if (error instanceof TransactionCanceledException) return false;
+      throw error;
+    }
+    const accountId = pk.slice(accountKey('').length);
+    const requestId = sk.slice('hold#'.length);
+    await this.#collectOwed(accountId, { at: nowMs, id: `swept#${requestId}`, reference: requestId }).catch(
+      () => {},
+    );
+    return true;
   }
 
   /**

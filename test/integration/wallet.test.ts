@@ -303,6 +303,52 @@ describe('admission and settlement', () => {
     expect(check.balanceMatchesLedger).toBe(true);
   });
 
+  /** An account owing 1.5 USD with nothing available, and another call's 1 USD hold still open. */
+  const owingWithOpenHold = async () => {
+    const id = await newAccount(2);
+    await admit(id, `other-${id}`, usdToNano(1));
+    await admit(id, 'big', usdToNano(1));
+    await h.accounting.settle(
+      planSettlement(settled(id, 'big', { cost: usdToNano(2.5), hold: usdToNano(1) })),
+    );
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: usdToNano(1),
+      available: 0,
+      owed: usdToNano(1.5),
+    });
+    return id;
+  };
+
+  it("pays a debt with what another call's settlement frees, not with new calls", async () => {
+    const id = await owingWithOpenHold();
+    // The other call cost 0.2 USD of its 1 USD hold: the 0.8 freed pays the debt.
+    const other = planSettlement(settled(id, `other-${id}`, { cost: usdToNano(0.2), hold: usdToNano(1) }));
+    await h.accounting.settle(other);
+    const check = await h.invariants(id);
+    expect(check.report).toMatchObject({ balance: 0, available: 0, owed: usdToNano(0.7), holds: [] });
+    expect(check.report.ledger.at(-1)).toMatchObject({
+      kind: 'arrears',
+      amount: usdToNano(0.8),
+      reference: `other-${id}`,
+    });
+    expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
+    // So the account cannot spend it on a new call.
+    await expect(admit(id, 'next', 1_000)).rejects.toBeInstanceOf(InsufficientBalanceError);
+    // A redelivery of that settlement moves nothing.
+    expect(await h.accounting.settle(other)).toBe('duplicate');
+    expect(await h.accounting.wallet(id)).toEqual({ balance: 0, available: 0, owed: usdToNano(0.7) });
+  });
+
+  it('pays a debt with what the sweeper frees', async () => {
+    const id = await owingWithOpenHold();
+    h.clock.advance(30 * 60_000 + 1);
+    expect(await h.accounting.releaseExpiredHolds(h.clock.now())).toBeGreaterThanOrEqual(1);
+    const check = await h.invariants(id);
+    expect(check.report).toMatchObject({ balance: 0, available: 0, owed: usdToNano(0.5), holds: [] });
+    expect(check.report.ledger.at(-1)).toMatchObject({ kind: 'arrears', amount: usdToNano(1) });
+    expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
+  });
+
   it('settles a shortfall on a busy account, whose available amount drops before every attempt', async () => {
     const id = await newAccount(2);
     await admit(id, 'big', usdToNano(1));
