@@ -114,7 +114,7 @@ export class EngineOverloadedError extends ApiError {
 
 /** 500: an upstream or platform fault that fallbacks could not absorb. Details stay in the logs. */
 export class UpstreamFaultError extends ApiError {
-  override readonly name = 'UpstreamFaultError';
+  override readonly name: string = 'UpstreamFaultError';
   readonly status = 500;
   readonly type = 'server_error';
   constructor(
@@ -123,6 +123,15 @@ export class UpstreamFaultError extends ApiError {
   ) {
     super(message, null, { cause });
   }
+}
+
+/**
+ * 500: the call ran into the longest time it may take (its function's, or the time what is in front of the
+ * function waits for a response to begin) before any upstream answered. Not the upstreams' failure — they may
+ * still have been working — so health ignores its attempts and the usage report files it under `platform`.
+ */
+export class DeadlineError extends UpstreamFaultError {
+  override readonly name = 'DeadlineError';
 }
 
 /** 500 for anything unexpected; the message is generic on purpose (secrets may be in the cause). */

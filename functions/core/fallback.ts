@@ -1,4 +1,10 @@
-import { ApiError, EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from './errors.ts';
+import {
+  ApiError,
+  DeadlineError,
+  EngineOverloadedError,
+  InvalidRequestError,
+  UpstreamFaultError,
+} from './errors.ts';
 import type { Clock, Random } from './ports.ts';
 import type { Deployment } from './registry.ts';
 
@@ -193,8 +199,8 @@ const outOfTime = (deadline: AbortSignal): Error =>
     : deadlineError();
 
 /** The deadline error of a call that reached the longest time its function runs. */
-export const deadlineError = (message?: string): UpstreamFaultError =>
-  new UpstreamFaultError(
+export const deadlineError = (message?: string): DeadlineError =>
+  new DeadlineError(
     message ?? 'No upstream provider answered within the longest time a call may take. Please retry.',
     new UpstreamFailure('timeout', "the call's deadline came before any upstream answered"),
   );

@@ -13,7 +13,7 @@ export interface MinuteCounts {
   readonly requests: number;
   /** 5xx answered for a model or the `platform` group (upstream faults after fallbacks, broken streams, …). */
   readonly serverErrors: number;
-  /** 503s for want of an eligible model: the registry read as empty, or no deployment could serve. */
+  /** 503s of a registry that read as empty: nothing could be served, whatever the model. */
   readonly noEligible: number;
   /**
    * 429 `engine_overloaded` answered after every deployment was tried: failed calls, though not down-time on their
@@ -61,12 +61,12 @@ const floorMinute = (ms: number): number => Math.floor(ms / MINUTE_MS) * MINUTE_
 
 /**
  * A minute is **down** when
- * - any call in it got a 503 for want of an eligible model (nothing could be served), or
+ * - any call in it got the 503 of a registry that read as empty (nothing could be served), or
  * - it had a 5xx itself, and over the `windowMinutes` ending with it at least `minErrors` calls failed with a
  *   5xx and they were at least `errorRate` of the calls (quiet minutes count as zero).
  *
  * Down minutes less than `mergeGapMinutes` apart form one incident, whose downtime is its number of down
- * minutes. It is MAJOR if in any of its minutes nothing could be served (a no-eligible-model 503, or every
+ * minutes. It is MAJOR if in any of its minutes nothing could be served (an empty registry's 503, or every
  * call failed), MINOR otherwise; ONGOING until `resolveAfterMinutes` have passed since its last down minute.
  * Incidents are returned newest first.
  */

@@ -33,6 +33,9 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
   const degraded: Deployment[] = [];
   let fastest: number | null = null;
   for (const d of deployments) {
+    // The yardstick of "slow" is a deployment still routed to: one whose circuit opened keeps its median from
+    // before it failed for the whole window, and would mark every healthy deployment slower than it as degraded.
+    if (health.state(d.id) !== 'closed') continue;
     const p50 = health.p50Ms(d.id);
     if (p50 !== null && (fastest === null || p50 < fastest)) fastest = p50;
   }

@@ -1,5 +1,5 @@
 import type { SettlementPlan } from './accounting.ts';
-import { ApiError, ServiceUnavailableError, type UnavailableReason } from './errors.ts';
+import { ApiError, DeadlineError, ServiceUnavailableError, type UnavailableReason } from './errors.ts';
 import type { Attempt, FailureKind } from './fallback.ts';
 import { isCharged, tokensOf, type Usage } from './usage.ts';
 import { aggregatesFor, faultFor } from './usage-aggregates.ts';
@@ -25,7 +25,7 @@ export type Outcome =
 
 export interface Fault {
   /** How it failed: an upstream failure kind, a 503's reason, `internal`, or `client` (the caller's error). */
-  readonly kind: FailureKind | UnavailableReason | 'internal' | 'client';
+  readonly kind: FailureKind | UnavailableReason | 'deadline' | 'internal' | 'client';
   readonly status: number | null;
   /**
    * Operator-facing text (the error's message): never keys or message content, but it may name what the caller
@@ -109,9 +109,11 @@ export const classifyError = (error: unknown): { outcome: Outcome; status: numbe
   const kind =
     error instanceof ServiceUnavailableError
       ? error.reason
-      : error.status >= 500 || error.code === 'engine_overloaded'
-        ? upstreamKind(error)
-        : 'client';
+      : error instanceof DeadlineError
+        ? 'deadline'
+        : error.status >= 500 || error.code === 'engine_overloaded'
+          ? upstreamKind(error)
+          : 'client';
   return {
     outcome,
     status: error.status,

@@ -14,8 +14,8 @@ export interface AggregateIncrement {
    * - `status#<group>#<status>`: the error funnel's `count`;
    * - `minutes#<HH>`: one UTC hour's per-minute counters, each call in the minute it ended (on that minute's day):
    *   `r<MM>` (calls the platform was asked to serve: successes and faults, not the caller's own errors), `e<MM>`
-   *   (5xx of a model or `platform`), `o<MM>` (429 `engine_overloaded`) and `u<MM>` (503s of the `incident`
-   *   group) — what incident detection reads (ADR 0008).
+   *   (5xx of a model or `platform`, but for calls cut at their deadline), `o<MM>` (429 `engine_overloaded`) and
+   *   `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
    */
   readonly subject: string;
   readonly counters: Readonly<Record<string, number>>;
@@ -45,27 +45,32 @@ const PLATFORM_FAULTS: ReadonlySet<Outcome> = new Set([
 ]);
 
 /**
- * A 503 because nothing could serve the model: the registry read as empty, or no deployment was eligible.
- * Every such call is part of an incident by rule (ADR 0008); a 503 because the accounting store could not be
- * reached (`accounting`) is an ordinary platform fault.
+ * A 503 because the registry read as empty: nothing could be served, whatever the model. Every such call is part of
+ * an incident by rule (spec §7, ADR 0008). A model with no eligible deployment (none configured, all drained, every
+ * circuit open) is that model's fault, not the platform's; a 503 because the accounting store could not be reached
+ * (`accounting`) is an ordinary platform fault.
  */
-const isNoEligibleModel = (record: SettlementRecord): boolean =>
-  record.outcome === 'unavailable' &&
-  (record.fault?.kind === 'registry_empty' || record.fault?.kind === 'no_eligible_model');
+const isRegistryEmpty = (record: SettlementRecord): boolean =>
+  record.outcome === 'unavailable' && record.fault?.kind === 'registry_empty';
 
 /**
  * Where a non-success lands in the error funnel: the caller's mistakes and tier refusals under `agent-error`
- * (counted apart from downtime, spec §7), 503s for want of an eligible model under `incident`, upstream faults
- * under their model, everything else under `platform`.
+ * (counted apart from downtime, spec §7), 503s of an empty registry under `incident`, the accounting store's 503s,
+ * internal errors and calls cut at their deadline under `platform`, every other fault under its model.
  */
 export const funnelGroup = (record: SettlementRecord): string => {
   if (!PLATFORM_FAULTS.has(record.outcome)) return 'agent-error';
-  if (isNoEligibleModel(record)) return 'incident';
-  if (record.outcome === 'unavailable' && record.fault?.kind === 'circuits_open')
-    return record.model ?? 'platform';
-  if (record.outcome === 'unavailable' || record.outcome === 'internal_error') return 'platform';
+  if (isRegistryEmpty(record)) return 'incident';
+  if (record.outcome === 'unavailable' && record.fault?.kind === 'accounting') return 'platform';
+  if (record.outcome === 'internal_error' || record.fault?.kind === 'deadline') return 'platform';
   return record.model ?? 'platform';
 };
+
+/**
+ * Whether a fault counts against the platform's availability (the minute counters' `e`): not a call cut at the
+ * longest time a call may take — the platform and its upstreams were working; the call outlasted what it may take.
+ */
+const isDowntimeFault = (record: SettlementRecord): boolean => record.fault?.kind !== 'deadline';
 
 /** A stream that broke after its 200 is a server fault, whatever its status line said. */
 const funnelStatus = (record: SettlementRecord): number =>
@@ -87,6 +92,9 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
   const day = utcDay(record.timings.receivedAt);
   const success = isCharged(record.outcome);
   const fault = PLATFORM_FAULTS.has(record.outcome);
+  // A model's row counts the faults filed under it (or under `incident`), not the platform's own: an unreachable
+  // accounting store or an internal error says nothing of the model's providers.
+  const rowFault = fault && funnelGroup(record) !== 'platform';
   const tokens = success && record.usage ? tokensOf(record.usage) : 0;
   const increments: AggregateIncrement[] = [];
   // A day's totals are the sum of its model rows; calls that never named a valid model get a row of their own.
@@ -94,7 +102,7 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
     increments.push({
       day,
       subject: 'model#-',
-      counters: { requests: 1, successes: 0, faults: fault ? 1 : 0, tokens: 0 },
+      counters: { requests: 1, successes: 0, faults: rowFault ? 1 : 0, tokens: 0 },
     });
   } else {
     increments.push({
@@ -103,7 +111,7 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
       counters: {
         requests: 1,
         successes: success ? 1 : 0,
-        faults: fault ? 1 : 0,
+        faults: rowFault ? 1 : 0,
         tokens,
         promptTokens: success ? (record.usage?.promptTokens ?? 0) : 0,
         completionTokens: success ? (record.usage?.completionTokens ?? 0) : 0,
@@ -135,7 +143,7 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
       counters: {
         [`r${minute}`]: 1,
         ...(group === 'incident' ? { [`u${minute}`]: 1 } : {}),
-        ...(group !== null && group !== 'incident' && funnelStatus(record) >= 500
+        ...(group !== null && group !== 'incident' && funnelStatus(record) >= 500 && isDowntimeFault(record)
           ? { [`e${minute}`]: 1 }
           : {}),
         ...(group !== null && group !== 'incident' && funnelStatus(record) === 429
@@ -186,6 +194,8 @@ export const faultDetail = (record: SettlementRecord): string => {
     case 'stream_interrupted':
       return `stream interrupted after the first byte: ${kind}`;
     case 'upstream_error':
+      if (record.fault?.kind === 'deadline')
+        return `no upstream answered within the longest time a call may take (${attemptsText(record)})`;
       return `every deployment failed (${attemptsText(record)}; last: ${kind})`;
     case 'overloaded':
       return `every deployment overloaded (${attemptsText(record)})`;

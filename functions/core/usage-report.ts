@@ -201,8 +201,10 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
       for (let minute = 0; minute < 60; minute++) {
         const mm = String(minute).padStart(2, '0');
         const at = hourStart + minute * MINUTE_MS;
-        // A report as of a past moment (a replay, or a run that starts after its scheduled time) ends there.
-        if (at > now) break;
+        // Only whole minutes before `now`: a report as of a past moment (a replay, or a run that starts after its
+        // scheduled time) ends there, and the minute under way — its calls still ending — is judged by the next run
+        // once it is over (judged half-way, it could open an incident the next run takes back).
+        if (at + MINUTE_MS > now) break;
         const counts = {
           requests: c(`r${mm}`),
           serverErrors: c(`e${mm}`),
@@ -217,7 +219,10 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
 
   const incidents = detectIncidents(minutes, now, input.rule ?? DEFAULT_INCIDENT_RULE);
   const downtime = incidents.reduce((sum, i) => sum + i.downtimeMinutes, 0);
-  const windowMinutes = REPORT_WINDOW_DAYS * 1440;
+  // The minutes the window measured: from its first day's midnight to `now`'s last whole minute (under 30 × 1440
+  // until the day's end), so a platform down for all of them reports 0 %.
+  const windowStart = Date.parse(`${days[0]}T00:00:00Z`);
+  const windowMinutes = Math.max(1, Math.floor((now - windowStart) / MINUTE_MS));
 
   const empty: ModelTotals = { requests: 0, successes: 0, faults: 0, tokens: 0, recentFaults: 0 };
   // A model whose every call in the window failed is not "live" (nothing measured): it is degraded, however
@@ -256,7 +261,7 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
   return {
     version: 1,
     generated_at: iso(now),
-    window: { days: REPORT_WINDOW_DAYS, start: `${days[0]}T00:00:00.000Z`, end: iso(now) },
+    window: { days: REPORT_WINDOW_DAYS, start: iso(windowStart), end: iso(now) },
     totals: {
       requests,
       tokens: [...tokensByDay.values()].reduce((a, b) => a + b, 0),

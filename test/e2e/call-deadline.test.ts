@@ -71,7 +71,12 @@ const expectCutForTheEntry = async (res: Response, elapsedMs: number): Promise<v
   expect(error.error.message).toContain('"stream": true');
   expect(elapsedMs).toBeLessThan(1_500);
   const [record] = await takeSettlements(t.stack, 1);
-  expect(record).toMatchObject({ outcome: 'upstream_error', status: 500, cost: 0 });
+  expect(record).toMatchObject({
+    outcome: 'upstream_error',
+    status: 500,
+    cost: 0,
+    fault: { kind: 'deadline' },
+  });
   expect(record?.attempts).toMatchObject([{ outcome: 'timeout', detail: "cut at the call's deadline" }]);
 };
 
@@ -112,7 +117,8 @@ describe("a call at its function's deadline", () => {
       });
       // Its hold is released by this record's settlement, not left to the sweeper.
       expect(record?.admission?.hold?.amount).toBeGreaterThan(0);
-      expect(record?.fault).toMatchObject({ kind: 'timeout' });
+      // Filed as the call's deadline, not as a provider's failure: the usage report counts it as the platform's.
+      expect(record?.fault).toMatchObject({ kind: 'deadline' });
       expect(record?.attempts).toHaveLength(1);
       expect(record?.attempts[0]).toMatchObject({ outcome: 'timeout', detail: "cut at the call's deadline" });
       const called = ['sim-a', 'sim-b'].flatMap((id) => t.simulator.calls(id));

@@ -214,6 +214,17 @@ describe('planRoute with health', () => {
     expect(planRoute([a, b, c], Math.random, board).deployments.map((d) => d.id)).toEqual(['b', 'c', 'a']);
   });
 
+  it('measures "slow" against deployments still routed to, not one whose circuit opened', () => {
+    const { board } = setup();
+    // a was fast until its circuit opened; its median stays in the window.
+    for (let i = 0; i < 5; i++) board.record('a', 'ok', 10);
+    for (let i = 0; i < 3; i++) board.record('a', 'overloaded', 10);
+    expect(board.state('a')).toBe('open');
+    // b answers in 900 ms: 90 times a's old median, but the fastest of what is left.
+    for (let i = 0; i < 5; i++) board.record('b', 'ok', 900);
+    expect(planRoute([a, b, c], Math.random, board).deployments.map((d) => d.id)).toEqual(['b', 'c']);
+  });
+
   it('throws 429 engine_overloaded when every circuit opened on overloads, else 503', () => {
     const { board } = setup();
     for (const id of ['a', 'b']) for (let i = 0; i < 3; i++) board.record(id, 'overloaded', 1);

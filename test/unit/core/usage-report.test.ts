@@ -128,10 +128,37 @@ describe('the usage aggregates settlement writes', () => {
     expect(faultFor(broken)).toMatchObject({ day: '2026-11-22', at: lateEvening + 50_000 });
   });
 
-  it('file a 503 for want of an eligible model under `incident`, the store’s under `platform`', () => {
+  it('file an empty registry’s 503 under `incident`, a model without an eligible deployment under the model, the store’s under `platform`', () => {
     expect(faultFor(failed('unavailable', 503, 'registry_empty', { model: null }))?.group).toBe('incident');
-    expect(faultFor(failed('unavailable', 503, 'no_eligible_model'))?.group).toBe('incident');
+    expect(faultFor(failed('unavailable', 503, 'no_eligible_model'))?.group).toBe('famA-a');
+    expect(faultFor(failed('unavailable', 503, 'circuits_open'))?.group).toBe('famA-a');
     expect(faultFor(failed('unavailable', 503, 'accounting'))?.group).toBe('platform');
+  });
+
+  it('count a fault in the model’s row only when it is filed under the model, not the platform’s', () => {
+    const rowFaults = (r: SettlementRecord) =>
+      aggregatesFor(r).find((i) => i.subject === 'model#famA-a')?.counters.faults;
+    expect(rowFaults(failed('upstream_error', 500, 'server_error'))).toBe(1);
+    expect(rowFaults(failed('unavailable', 503, 'no_eligible_model'))).toBe(1);
+    expect(rowFaults(failed('unavailable', 503, 'accounting'))).toBe(0);
+    expect(rowFaults(failed('internal_error', 500, 'internal'))).toBe(0);
+    expect(rowFaults(failed('upstream_error', 500, 'deadline'))).toBe(0);
+  });
+
+  it('file a call cut at its deadline under `platform`, as no downtime and in words of its own', () => {
+    const at = T0 + 7 * MIN;
+    const cut = failed('upstream_error', 500, 'deadline', { at });
+    expect(aggregatesFor(cut).find((i) => i.subject === 'minutes#12')?.counters).toEqual({ r07: 1 });
+    expect(faultFor(cut)).toMatchObject({
+      group: 'platform',
+      status: 500,
+      detail: 'no upstream answered within the longest time a call may take (0 attempts)',
+    });
+    // However many: the platform was serving; those calls outlasted what a call may take.
+    const cuts = Array.from({ length: 10 }, (_, i) =>
+      failed('upstream_error', 500, 'deadline', { at: at + i }),
+    );
+    expect(report(cuts).incidents).toEqual([]);
   });
 
   it('write fault details from fixed words, never from a message', () => {
@@ -337,6 +364,32 @@ describe('buildUsageReport', () => {
     });
     // A caller's own error measures nothing about the model.
     expect(r.models.find((m) => m.id === 'famA-a')?.status).toBe('live');
+  });
+
+  it('judges only whole minutes: not the one that starts at its moment, nor the one under way', () => {
+    const outage = Array.from({ length: 4 }, (_, i) =>
+      failed('upstream_error', 500, 'server_error', { at: T0 + 20 * MIN + i * 10 * SEC }),
+    );
+    // Those calls ended after 12:20:00 — and until 12:21:00 their minute is still under way.
+    expect(report(outage, T0 + 20 * MIN).incidents).toEqual([]);
+    expect(report(outage, T0 + 20 * MIN + 50 * SEC).incidents).toEqual([]);
+    expect(report(outage, T0 + 21 * MIN).incidents).toHaveLength(1);
+  });
+
+  it('rates the platform over the minutes its window measured', () => {
+    // 00:30 UTC: 29 whole days and 30 minutes since the window's first midnight, 41,790 minutes.
+    const now = Date.UTC(2026, 10, 22, 0, 30);
+    const outage = Array.from({ length: 600 }, (_, i) =>
+      failed('unavailable', 503, 'registry_empty', {
+        model: null,
+        accountId: null,
+        at: Date.UTC(2026, 10, 21, 10, 0) + i * MIN,
+      }),
+    );
+    const r = buildUsageReport({ now, models, rows: rowsOf(outage), recentFaults: faultsOf(outage) });
+    expect(r.totals.downtime_minutes).toBe(600);
+    // (41,790 − 600) / 41,790, rounded down; over 43,200 minutes it read 98.611.
+    expect(r.totals.uptime_percent).toBe(98.564);
   });
 
   it('is as of its moment: nothing after it counts as an incident or a recent fault', () => {
