@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { planSettlement } from '#core/settlement.ts';
 import { functions } from '#lib/functions.ts';
 import { grantViolations, invoking } from '#local/table-grants.ts';
+import { chatSettlement } from '#test/accounting.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
 /**
@@ -65,6 +67,31 @@ describe("the functions' table grants, enforced locally", () => {
     const released = await invoking.run('hold-sweeper', () => accounting.releaseExpiredHolds(now));
     expect(released).toBeGreaterThanOrEqual(1);
     expect(grantViolations).toEqual([]);
+  });
+
+  it('lets the hold sweeper collect a debt from what it frees', async () => {
+    const { accounting, accounts } = t.stack.container;
+    const now = Date.now();
+    const { id } = await accounts.createAccount();
+    await accounting.topUp({ accountId: id, amount: 1_000_000_000, reference: `owing-${id}`, at: now });
+    const hold = (requestId: string, expiresAt: number, atUs: number) =>
+      accounting.admit({
+        accountId: id,
+        requestId,
+        dimensions: [{ dimension: 'rpm', form: 'fresh', nowUs: atUs, incrementUs: 1, maxPriorTatUs: atUs }],
+        hold: { amount: 500_000_000, expiresAt },
+        limitsGen: 1,
+      });
+    // One hold left by a crash, another whose call cost 2 USD against its 0.5: 1.5 USD owed, nothing available.
+    expect((await hold(`crashed-${id}`, now - 1, now * 1000)).ok).toBe(true);
+    expect((await hold(`costly-${id}`, now + 3_600_000, now * 1000 + 10)).ok).toBe(true);
+    await accounting.settle(
+      planSettlement(chatSettlement(id, `costly-${id}`, { cost: 2_000_000_000, hold: 500_000_000, at: now })),
+    );
+    expect(await accounting.wallet(id)).toMatchObject({ available: 0, owed: 1_500_000_000 });
+    await invoking.run('hold-sweeper', () => accounting.releaseExpiredHolds(now));
+    expect(grantViolations).toEqual([]);
+    expect(await accounting.wallet(id)).toMatchObject({ available: 0, owed: 1_000_000_000 });
   });
 
   it('applies to what a function does over HTTP: without its grant on the accounts table, a key cannot be looked up', async () => {
