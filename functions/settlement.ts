@@ -36,7 +36,7 @@ export const createHandler = (container: () => Container) =>
         invalid > 0 ? new Error(`${invalid} entries of the message are not settlement records`) : null;
       for (const record of records) {
         try {
-          const outcome = await c.accounting.settle(planSettlement(record));
+          const outcome = await c.accounting.settle(planSettlement(record, c.clock.now()));
           if (outcome === 'duplicate') c.log.info('settlement already applied', { settlementId: record.id });
         } catch (error) {
           failure ??= error;

@@ -271,6 +271,8 @@ export class DynamoAccounting implements AccountingStore {
     let holdPresent = plan.hold !== null;
     let seenAvailable: number | null = null;
     let shortfalls = 0;
+    // Whether to correct the token buckets: not once they are seen kept under other limits than the call's.
+    let correct = true;
     // Whether the account was seen owing when this settlement frees money (its hold less its cost): what it frees
     // then pays the debt (#collectOwed) instead of being spent on new calls until the next top-up.
     let owing = false;
@@ -280,7 +282,7 @@ export class DynamoAccounting implements AccountingStore {
         seenAvailable === null
           ? { charge: plan.cost, owed: 0 }
           : splitCharge(plan.cost, released, seenAvailable);
-      const roles: ('marker' | 'hold' | 'wallet' | 'other')[] = [];
+      const roles: ('marker' | 'hold' | 'wallet' | 'tokens' | 'other')[] = [];
       const items: TransactWriteItem[] = [];
       const add = (role: (typeof roles)[number], item: TransactWriteItem) => {
         roles.push(role);
@@ -346,19 +348,28 @@ export class DynamoAccounting implements AccountingStore {
             },
           });
         }
-        if (plan.tokenCorrection) {
-          // Refunds what the estimate over-charged (or charges what it missed) in the token buckets.
-          add('other', {
+        const correction = plan.tokenCorrection;
+        if (correction && correct) {
+          // Refunds what the estimate over-charged (or charges what it missed) in the token buckets — in the
+          // intervals of the limits the call was admitted under, so only while the buckets are kept under those.
+          const values: Record<string, AttributeValue> = {
+            ':zero': N(0),
+            ':tpm': N(correction.tpmUs),
+            ':tpd': N(correction.tpdUs),
+          };
+          add('tokens', {
             Update: {
               TableName: this.#tables.buckets,
               Key: bucketKey(account),
               UpdateExpression:
                 'SET tpm = if_not_exists(tpm, :zero) + :tpm, tpd = if_not_exists(tpd, :zero) + :tpd',
-              ExpressionAttributeValues: {
-                ':zero': N(0),
-                ':tpm': N(plan.tokenCorrection.tpmUs),
-                ':tpd': N(plan.tokenCorrection.tpdUs),
-              },
+              ...(correction.limitsGen === null
+                ? {}
+                : {
+                    ConditionExpression: sameGeneration(correction.limitsGen, values, ':gen'),
+                    ExpressionAttributeNames: { '#gen': LIMITS_GEN },
+                  }),
+              ExpressionAttributeValues: values,
             },
           });
         }
@@ -415,6 +426,13 @@ export class DynamoAccounting implements AccountingStore {
         if (failed(reasonOf('marker'))) return 'duplicate';
         if (conflicted(reasons)) {
           await this.#sleep(Math.random() * 10 * 2 ** attempt);
+          continue;
+        }
+        if (roles.includes('tokens') && failed(reasonOf('tokens'))) {
+          // The account's limits changed since the call was admitted (a first top-up, a new quota): the buckets
+          // were rescaled, and a correction in the old intervals would be worth another number of tokens (a refund
+          // at the unverified rate freed 20 times as much of a trusted minute). Left out: one call's estimate.
+          correct = false;
           continue;
         }
         if (roles.includes('hold') && failed(reasonOf('hold'))) {
@@ -691,20 +709,28 @@ export class DynamoAccounting implements AccountingStore {
       limitsFor(target.tier, target.quota),
       nowUs,
     );
-    const changed = DIMENSIONS.filter((d) => rescaled[d] !== undefined);
     // A new generation of the limits, on the buckets and (by the caller) on the profile in the same transaction:
     // admissions computed under the old profile are refused from here on, and retried under the new one.
     const seenGen = genOf(buckets);
     const gen = Math.max(seenGen, current.limitsGen) + 1;
     const names: Record<string, string> = { '#gen': LIMITS_GEN };
     const values: Record<string, AttributeValue> = { ':gen': N(gen) };
-    const conditions = changed.map((_, i) => `#d${i} = :old${i}`);
-    conditions.push(sameGeneration(seenGen, values, ':seenGen'));
-    changed.forEach((d, i) => {
+    // Every dimension as read, not only those rescaled: an admission under the old limits that commits between
+    // this read and this write — on an idle account, whose TATs were drained or absent and so not rescaled — would
+    // otherwise keep its old-interval charges under the new limits. It makes this write fail and read again.
+    const conditions: string[] = [];
+    DIMENSIONS.forEach((d, i) => {
       names[`#d${i}`] = d;
-      values[`:old${i}`] = N(state[d] as number);
-      values[`:new${i}`] = N(rescaled[d] as number);
+      const seen = state[d];
+      if (seen === undefined) conditions.push(`attribute_not_exists(#d${i})`);
+      else {
+        values[`:old${i}`] = N(seen);
+        conditions.push(`#d${i} = :old${i}`);
+      }
+      if (rescaled[d] !== undefined) values[`:new${i}`] = N(rescaled[d]);
     });
+    conditions.push(sameGeneration(seenGen, values, ':seenGen'));
+    const sets = DIMENSIONS.flatMap((d, i) => (rescaled[d] === undefined ? [] : [`#d${i} = :new${i}`]));
     return {
       exists: true,
       gen,
@@ -712,7 +738,7 @@ export class DynamoAccounting implements AccountingStore {
         Update: {
           TableName: this.#tables.buckets,
           Key: bucketKey(accountId),
-          UpdateExpression: `SET ${['#gen = :gen', ...changed.map((_, i) => `#d${i} = :new${i}`)].join(', ')}`,
+          UpdateExpression: `SET ${['#gen = :gen', ...sets].join(', ')}`,
           ConditionExpression: conditions.join(' AND '),
           ExpressionAttributeNames: names,
           ExpressionAttributeValues: values,

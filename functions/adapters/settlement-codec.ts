@@ -59,6 +59,8 @@ export const settlementRecordSchema = z.object({
       hold: z.object({ id: z.string().min(1), amount: count }).nullable(),
       estimatedTokens: count,
       tokenEmissionUs: z.object({ tpm: count, tpd: count }),
+      tokenTatUs: z.object({ tpm: count, tpd: count }).optional(),
+      limitsGen: count.optional(),
     })
     .nullable(),
   fault: z.object({ kind: z.string(), status: z.number().int().nullable(), detail: z.string() }).nullable(),

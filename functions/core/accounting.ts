@@ -88,8 +88,16 @@ export interface SettlementPlan {
   readonly hold: { readonly id: string; readonly amount: number } | null;
   /** Published cost of the call (nano-USD). */
   readonly cost: number;
-  /** Correction of the token buckets (µs of TAT; negative refunds an over-estimate). */
-  readonly tokenCorrection: { readonly tpmUs: number; readonly tpdUs: number } | null;
+  /**
+   * Correction of the token buckets (µs of TAT; negative refunds an over-estimate), in the intervals of the limits'
+   * generation `limitsGen`: under another (a first top-up, a new quota since) it is not applied. Null `limitsGen`:
+   * a record from before generations were recorded, applied as it is.
+   */
+  readonly tokenCorrection: {
+    readonly tpmUs: number;
+    readonly tpdUs: number;
+    readonly limitsGen: number | null;
+  } | null;
   /** Ledger details of the debit. */
   readonly ledger: { readonly model: string | null; readonly endpoint: string; readonly usage: unknown };
   readonly aggregates: readonly AggregateIncrement[];

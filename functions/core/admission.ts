@@ -44,6 +44,10 @@ export interface Admitted {
   readonly estimatedTokens: number;
   /** µs per token of the token buckets at admission, so settlement can correct them without a lookup. */
   readonly tokenEmissionUs: { readonly tpm: number; readonly tpd: number };
+  /** The token buckets' TATs after this admission, as known here: the bound on what settlement may refund. */
+  readonly tokenTatUs: { readonly tpm: number; readonly tpd: number };
+  /** The generation of the limits admitted under: settlement corrects the buckets only under the same one. */
+  readonly limitsGen: number;
   readonly headers: Record<string, string>;
 }
 
@@ -228,9 +232,19 @@ export class Admission {
    * store's after every refund — the limit headers under-report what remains, and the next admission's first
    * attempt misses.
    */
-  expectCorrection(accountId: string, correction: { readonly tpmUs: number; readonly tpdUs: number }): void {
+  expectCorrection(
+    accountId: string,
+    correction: { readonly tpmUs: number; readonly tpdUs: number },
+    admittedUnder: { readonly tpm: number; readonly tpd: number },
+  ): void {
     const memory = this.#buckets.get(accountId);
     if (!memory) return;
+    // Computed in the intervals of the limits admitted under; the store applies it under those alone.
+    if (
+      emissionUs('tpm', memory.limits.tpm) !== admittedUnder.tpm ||
+      emissionUs('tpd', memory.limits.tpd) !== admittedUnder.tpd
+    )
+      return;
     const known = memory.state;
     this.#remember(accountId, {
       limits: memory.limits,
@@ -246,6 +260,12 @@ export class Admission {
     let profile = await this.#profile(principal.accountId);
     let limits = limitsFor(profile.tier, profile.quota);
     const charges = chargesFor(request.estimatedTokens);
+    // Too large for the limits cached here, a call may still fit the account's own (a first top-up or a new quota
+    // since): read them once before refusing it for good — its 429 tells the client's SDK not to retry.
+    if (DIMENSIONS.some((d) => charges[d] > limits[d])) {
+      profile = await this.#profile(principal.accountId, true);
+      limits = limitsFor(profile.tier, profile.quota);
+    }
     const maxAttempts = this.#options.maxAttempts ?? 4;
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
       // Integers: the store keeps TATs in whole µs and expiries in whole ms.
@@ -324,6 +344,8 @@ export class Admission {
           hold: hold ? { id: request.requestId, amount: hold.amount } : null,
           estimatedTokens: request.estimatedTokens,
           tokenEmissionUs: { tpm: emissionUs('tpm', limits.tpm), tpd: emissionUs('tpd', limits.tpd) },
+          tokenTatUs: { tpm: after.tpm as number, tpd: after.tpd as number },
+          limitsGen: profile.limitsGen,
           headers: rateLimitHeaders(limits, after, nowUs),
         };
       }

@@ -74,6 +74,8 @@ export class CallRecorder {
       hold: admitted.hold,
       estimatedTokens: admitted.estimatedTokens,
       tokenEmissionUs: admitted.tokenEmissionUs,
+      tokenTatUs: admitted.tokenTatUs,
+      limitsGen: admitted.limitsGen,
     };
     this.limitHeaders = admitted.headers;
   }

@@ -2,7 +2,7 @@ import type { SettlementPlan } from './accounting.ts';
 import { ApiError, DeadlineError, ServiceUnavailableError, type UnavailableReason } from './errors.ts';
 import type { Attempt, FailureKind } from './fallback.ts';
 import { isCharged, tokensOf, type Usage } from './usage.ts';
-import { aggregatesFor, faultFor } from './usage-aggregates.ts';
+import { aggregatesFor, endedAt, faultFor } from './usage-aggregates.ts';
 
 export type Endpoint = 'chat.completions' | 'embeddings' | 'audio.transcriptions' | 'audio.speech';
 
@@ -48,6 +48,13 @@ export interface AdmissionRef {
   readonly estimatedTokens: number;
   /** µs of TAT per token in the account's TPM and TPD buckets at admission. */
   readonly tokenEmissionUs: { readonly tpm: number; readonly tpd: number };
+  /**
+   * The TPM and TPD buckets' TATs (epoch µs) just after admission, as admission knew them: how far ahead the call's
+   * own charge reached, which bounds what a refund may give back. Absent in records from before 2026-11-28.
+   */
+  readonly tokenTatUs?: { readonly tpm: number; readonly tpd: number };
+  /** The generation of the account's limits the call was admitted under (absent before 2026-11-28). */
+  readonly limitsGen?: number;
 }
 
 /**
@@ -153,24 +160,48 @@ const tokensConsumed = (record: SettlementRecord): number =>
   isCharged(record.outcome) && record.usage ? tokensOf(record.usage) : 0;
 
 /**
- * What settlement does to the account's token buckets: the µs of TAT the estimate charged beyond the tokens
- * consumed (negative: a refund) or fell short of, at the emission intervals of admission. Null when nothing.
+ * What settlement does to the account's token buckets at `nowMs`: the µs of TAT the estimate fell short of
+ * (charged now), or charged beyond the tokens consumed (refunded — as far as the call's charge is still ahead in
+ * its bucket), at the emission intervals of admission and for the generation of limits it was admitted under
+ * (the store applies it to no other). Null when nothing.
+ *
+ * The bound on refunds: a bucket forgets a charge as it drains, and once drained, later calls' charges start
+ * afresh; a refund reaching back past what is still ahead would take theirs. A client could double its minute —
+ * a long call with a large cap, the minute's budget spent once that call's charge had drained, then the call
+ * aborted and nearly all of its estimate refunded on top of the new calls.
  */
-export const tokenCorrectionOf = (record: SettlementRecord): SettlementPlan['tokenCorrection'] => {
+export const tokenCorrectionOf = (
+  record: SettlementRecord,
+  nowMs: number,
+): SettlementPlan['tokenCorrection'] => {
   const admission = record.admission;
   if (!admission || !record.accountId) return null;
   const delta = tokensConsumed(record) - admission.estimatedTokens;
   if (delta === 0) return null;
-  return { tpmUs: delta * admission.tokenEmissionUs.tpm, tpdUs: delta * admission.tokenEmissionUs.tpd };
+  const nowUs = Math.floor(nowMs * 1000);
+  const correction = (dimension: 'tpm' | 'tpd'): number => {
+    const us = delta * admission.tokenEmissionUs[dimension];
+    const tat = admission.tokenTatUs?.[dimension];
+    if (us >= 0 || tat === undefined) return us;
+    return Math.max(us, Math.min(0, nowUs - tat));
+  };
+  const tpmUs = correction('tpm');
+  const tpdUs = correction('tpd');
+  if (tpmUs === 0 && tpdUs === 0) return null;
+  return { tpmUs, tpdUs, limitsGen: admission.limitsGen ?? null };
 };
 
 /**
  * The writes that settle one record: release the hold, debit the cost, correct the token buckets by what the
  * estimate got wrong, count the call in the usage aggregates, and log a fault if there was one.
  */
-export const planSettlement = (record: SettlementRecord): SettlementPlan => {
+/**
+ * `nowMs`: when the plan is applied, which bounds the token refund (tokenCorrectionOf); by default the call's end,
+ * for replays and tests — the consumer passes its clock.
+ */
+export const planSettlement = (record: SettlementRecord, nowMs: number = endedAt(record)): SettlementPlan => {
   const admission = record.admission;
-  const tokenCorrection = tokenCorrectionOf(record);
+  const tokenCorrection = tokenCorrectionOf(record, nowMs);
   return {
     settlementId: record.id,
     accountId: record.accountId,

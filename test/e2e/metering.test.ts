@@ -292,5 +292,16 @@ describe('emission intervals', () => {
       tpm: emissionUs('tpm', TIER_LIMITS.trusted.tpm),
       tpd: emissionUs('tpd', TIER_LIMITS.trusted.tpd),
     });
+    // With the buckets' TATs after admission (the bound on a refund: the call's charge reaches at least the
+    // estimate's worth past its arrival) and the generation of the limits admitted under (the first top-up's).
+    const receivedUs = (record?.timings.receivedAt ?? 0) * 1000;
+    const estimated = record?.admission?.estimatedTokens ?? 0;
+    expect(record?.admission?.tokenTatUs?.tpm).toBeGreaterThanOrEqual(
+      receivedUs + estimated * emissionUs('tpm', TIER_LIMITS.trusted.tpm),
+    );
+    expect(record?.admission?.tokenTatUs?.tpd).toBeGreaterThanOrEqual(
+      receivedUs + estimated * emissionUs('tpd', TIER_LIMITS.trusted.tpd),
+    );
+    expect(record?.admission?.limitsGen).toBe(1);
   });
 });

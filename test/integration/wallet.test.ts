@@ -2,12 +2,13 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DynamoAccounting, TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
 import { BalanceCeilingError, MAX_BALANCE_NANO } from '#core/accounting.ts';
-import { Admission } from '#core/admission.ts';
+import { Admission, type Admitted } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
-import { InsufficientBalanceError } from '#core/errors.ts';
+import { InsufficientBalanceError, RateLimitError } from '#core/errors.ts';
+import { emissionUs } from '#core/limits.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
-import { planSettlement, tokenCorrectionOf } from '#core/settlement.ts';
+import { type AdmissionRef, planSettlement, tokenCorrectionOf } from '#core/settlement.ts';
 import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
 import { createHandler as createSweeper } from '#functions/hold-sweeper.ts';
@@ -47,6 +48,15 @@ const admit = (accountId: string, requestId: string, holdAmount: number, estimat
   h.clock.advance(1);
   return h.admission.admit(principal(accountId), { requestId, estimatedTokens, holdAmount });
 };
+
+/** What a call's settlement record says of its admission, as the gateway's recorder writes it. */
+const admissionOf = (admitted: Admitted): AdmissionRef => ({
+  hold: admitted.hold,
+  estimatedTokens: admitted.estimatedTokens,
+  tokenEmissionUs: admitted.tokenEmissionUs,
+  tokenTatUs: admitted.tokenTatUs,
+  limitsGen: admitted.limitsGen,
+});
 
 /** Another gateway instance: its own admission (its own memory of the buckets) on `store`. */
 const instanceOn = (store: typeof h.accounting) =>
@@ -444,7 +454,7 @@ describe('admission and settlement', () => {
     await h.accounting.settle(
       planSettlement({
         ...settled(id, 'tokens', { cost: 500, hold: 1_000, tokens: 1_000, estimatedTokens: 5_000 }),
-        admission: { hold: admitted.hold, estimatedTokens: 5_000, tokenEmissionUs: admitted.tokenEmissionUs },
+        admission: admissionOf(admitted),
       }),
     );
     const after = await h.client.send(
@@ -484,7 +494,7 @@ describe('limits around a settlement that refunds its estimate', () => {
     });
     const record = {
       ...settled(id, `big-${id}`, { cost: 500, hold: 1_000, tokens: 1_000, estimatedTokens: 5_000 }),
-      admission: { hold: admitted.hold, estimatedTokens: 5_000, tokenEmissionUs: admitted.tokenEmissionUs },
+      admission: admissionOf(admitted),
     };
     await h.accounting.settle(planSettlement(record));
     return record;
@@ -511,9 +521,9 @@ describe('limits around a settlement that refunds its estimate', () => {
     const id = await newAccount(1);
     const { admission, calls } = countingInstance();
     const record = await refunded(admission, id);
-    const correction = tokenCorrectionOf(record);
+    const correction = tokenCorrectionOf(record, h.clock.now());
     if (!correction) throw new Error('expected a correction');
-    admission.expectCorrection(id, correction);
+    admission.expectCorrection(id, correction, record.admission.tokenEmissionUs);
     h.clock.advance(3_000);
     const next = await admission.admit(principal(id), {
       requestId: `next-${id}`,
@@ -529,7 +539,11 @@ describe('limits around a settlement that refunds its estimate', () => {
     const { admission } = countingInstance();
     await admission.admit(principal(id), { requestId: `a-${id}`, estimatedTokens: 5_000, holdAmount: 0 });
     // A wrong expectation (two minutes of tokens the store never charged): the store still admits.
-    admission.expectCorrection(id, { tpmUs: 120_000_000, tpdUs: 0 });
+    admission.expectCorrection(
+      id,
+      { tpmUs: 120_000_000, tpdUs: 0 },
+      { tpm: emissionUs('tpm', 2_000_000), tpd: emissionUs('tpd', 50_000_000) },
+    );
     h.clock.advance(1);
     const next = await admission.admit(principal(id), {
       requestId: `b-${id}`,
@@ -538,6 +552,136 @@ describe('limits around a settlement that refunds its estimate', () => {
     });
     expect(next.headers['x-ratelimit-remaining-tokens']).toBe('0');
     expect(next.headers['x-ratelimit-reset-tokens']).toBe('1m0s');
+  });
+});
+
+describe('token refunds and changes of limits', () => {
+  /** Settles `admitted` as having used `used` tokens, now. */
+  const settleUsed = (id: string, requestId: string, admitted: Admitted, used: number) =>
+    h.accounting.settle(
+      planSettlement(
+        {
+          ...settled(id, requestId, { cost: 0, hold: null, tokens: used }),
+          admission: admissionOf(admitted),
+        },
+        h.clock.now(),
+      ),
+    );
+  const outcomeOf = (admitting: Promise<Admitted>) =>
+    admitting.then(
+      (a) => `admitted, ${a.headers['x-ratelimit-remaining-tokens']} tokens left`,
+      (e: unknown) => (e instanceof RateLimitError ? 'refused' : `failed: ${String(e)}`),
+    );
+
+  it('refunds no more of an estimate than is still ahead in the bucket: never the later calls’ charges', async () => {
+    const id = await newAccount(); // unverified: 100,000 tokens a minute
+    const long = await admit(id, `long-${id}`, 0, 60_000); // 36 s of the minute's bucket
+    // A long call: its charge drains while it runs, and the minute's budget is spent afresh.
+    h.clock.advance(40_000);
+    await admit(id, `spent-${id}`, 0, 60_000);
+    // The long call ends having used 1,000 tokens: its 59,000 over-estimate had drained with it.
+    await settleUsed(id, `long-${id}`, long, 1_000);
+    h.clock.advance(1);
+    // 60,000 of the minute are still spent: 40,000 left, not room for another 60,000.
+    expect(await outcomeOf(admit(id, `more-${id}`, 0, 60_000))).toBe('refused');
+  });
+
+  it('still refunds what is ahead: a call settled before its charge drained gives back its unused tokens', async () => {
+    const id = await newAccount();
+    const call = await admit(id, `call-${id}`, 0, 60_000);
+    h.clock.advance(10_000); // 26 s of its 36 s still ahead
+    await settleUsed(id, `call-${id}`, call, 10_000);
+    h.clock.advance(1);
+    // It used 10,000 of the 100,000 minute, which has drained 10 s' worth (about 16,667 tokens): all 90,000 fit.
+    expect(await outcomeOf(admit(id, `next-${id}`, 0, 90_000))).toMatch(/^admitted/);
+  });
+
+  it('applies no correction computed under limits the account has since left (a first top-up)', async () => {
+    const id = await newAccount();
+    const unverified = await admit(id, `old-${id}`, 0, 100_000); // a whole unverified minute
+    await h.accounting.topUp({
+      accountId: id,
+      amount: usdToNano(1),
+      reference: `up-${id}`,
+      at: h.clock.now(),
+    });
+    h.clock.advance(1);
+    // Trusted: 2,000,000 a minute; the unverified call's 100,000 were carried over as 100,000.
+    await admit(id, `big-${id}`, 0, 1_900_000);
+    // The unverified call used nothing; a refund at its 600 µs a token would free 20 times that of a trusted minute.
+    await settleUsed(id, `old-${id}`, unverified, 0);
+    h.clock.advance(1);
+    expect(await outcomeOf(admit(id, `again-${id}`, 0, 1_900_000))).toBe('refused');
+  });
+
+  it('carries into the new limits a call admitted between a first top-up’s read and its write', async () => {
+    const id = await newAccount(); // never used: no bucket ahead of now, nothing the top-up would rescale
+    let raced = false;
+    h.client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const result = await next(args);
+        const input = args.input as { TableName?: string; Key?: { pk?: { S?: string } } };
+        if (
+          !raced &&
+          context.commandName === 'GetItemCommand' &&
+          input.TableName === h.resources.tables.buckets &&
+          input.Key?.pk?.S === `acct#${id}`
+        ) {
+          raced = true;
+          await admit(id, `race-${id}`, 0, 50_000);
+        }
+        return result;
+      },
+      { step: 'initialize', name: 'raceTopUp' },
+    );
+    try {
+      await h.accounting.topUp({
+        accountId: id,
+        amount: usdToNano(1),
+        reference: `up-${id}`,
+        at: h.clock.now(),
+      });
+    } finally {
+      h.client.middlewareStack.remove('raceTopUp');
+    }
+    expect(raced).toBe(true);
+    h.clock.advance(1);
+    // Another instance reads the store's buckets: two calls and 50,010 tokens of a trusted minute spent.
+    const next = await instanceOn(h.accounting).admit(principal(id), {
+      requestId: `next-${id}`,
+      estimatedTokens: 10,
+      holdAmount: 0,
+    });
+    expect(Number(next.headers['x-ratelimit-remaining-requests'])).toBeGreaterThanOrEqual(997);
+    expect(Number(next.headers['x-ratelimit-remaining-tokens'])).toBeGreaterThanOrEqual(2_000_000 - 50_010);
+  });
+
+  it('checks a call too large for a cached profile against the stored limits before refusing it', async () => {
+    const id = await newAccount();
+    const cached = new Admission({
+      store: h.accounting,
+      accounts: new RefreshingCache({
+        load: (accountId: string) => h.accounts.findAccount(accountId),
+        clock: h.clock,
+        ttlMs: 5_000,
+      }),
+      clock: h.clock,
+      random: () => 0,
+      sleep: async () => {},
+      holdTtlMs: 30 * 60_000,
+    });
+    await cached.admit(principal(id), { requestId: `first-${id}`, estimatedTokens: 10, holdAmount: 0 });
+    await h.accounting.topUp({
+      accountId: id,
+      amount: usdToNano(1),
+      reference: `up-${id}`,
+      at: h.clock.now(),
+    });
+    h.clock.advance(1_000);
+    // 150,000 tokens: too large for the unverified minute it cached, within the trusted one it now has.
+    await expect(
+      cached.admit(principal(id), { requestId: `large-${id}`, estimatedTokens: 150_000, holdAmount: 1 }),
+    ).resolves.toMatchObject({ estimatedTokens: 150_000 });
   });
 });
 
