@@ -3,15 +3,37 @@ import type { Deployment } from '#core/registry.ts';
 import type { SecretResolver } from '../secrets.ts';
 
 /**
+ * How long a key stays cached after the upstream refused it, before its secret is read again: a rotated key takes
+ * effect this soon on a warm instance, and a key that is simply wrong costs one secret read a minute, not one a call.
+ */
+export const REREAD_REFUSED_KEY_MS = 60_000;
+
+/**
  * A deployment's upstream keys, resolved from their secret references on first use and cached for the
- * life of the instance. Which key a call uses is core's decision (`keyIndex`, see core/fallback.ts).
+ * life of the instance — until the upstream refuses one (`refused`): the operator may have rotated it.
+ * Which key a call uses is core's decision (`keyIndex`, see core/fallback.ts).
  */
 export class KeyRing {
   readonly #secrets: SecretResolver;
-  readonly #resolved = new Map<string, Promise<string>>();
+  readonly #now: () => number;
+  readonly #resolved = new Map<string, { readonly value: Promise<string>; readonly at: number }>();
 
-  constructor(secrets: SecretResolver) {
+  constructor(secrets: SecretResolver, now: () => number = Date.now) {
     this.#secrets = secrets;
+    this.#now = now;
+  }
+
+  /**
+   * The upstream answered 401 or 403 to the key at `keyIndex`: the secret is read again on a later call once the
+   * key has been cached REREAD_REFUSED_KEY_MS. A redeploy without changes replaces no instance, so this is how a
+   * warm instance learns of a rotation.
+   */
+  refused(deployment: Deployment, keyIndex: number): void {
+    const refs = deployment.keyRefs;
+    if (refs.length === 0) return;
+    const ref = refs[keyIndex % refs.length] as string;
+    const cached = this.#resolved.get(ref);
+    if (cached && this.#now() - cached.at >= REREAD_REFUSED_KEY_MS) this.#resolved.delete(ref);
   }
 
   /** The key at `keyIndex`, or null for deployments without keys (e.g. a local vLLM). */
@@ -19,12 +41,15 @@ export class KeyRing {
     const refs = deployment.keyRefs;
     if (refs.length === 0) return null;
     const ref = refs[keyIndex % refs.length] as string;
-    let value = this.#resolved.get(ref);
+    let value = this.#resolved.get(ref)?.value;
     if (value === undefined) {
-      value = this.#secrets.resolve(ref);
-      this.#resolved.set(ref, value);
+      const resolving = this.#secrets.resolve(ref);
+      value = resolving;
+      this.#resolved.set(ref, { value, at: this.#now() });
       // A failed resolution is not cached, so a secret added later is picked up.
-      value.catch(() => this.#resolved.delete(ref));
+      value.catch(() => {
+        if (this.#resolved.get(ref)?.value === resolving) this.#resolved.delete(ref);
+      });
     }
     try {
       return await value;

@@ -68,9 +68,12 @@ export class OpenAiHttp {
       bodyTimeoutMs: target.deployment.timeouts?.idleMs ?? this.config.idleTimeoutMs,
       ...(target.signal ? { signal: target.signal } : {}),
     };
-    return request.wholeBodyLimitBytes === undefined
+    const response = await (request.wholeBodyLimitBytes === undefined
       ? this.#http.post(options)
-      : this.#http.postWhole(options, request.wholeBodyLimitBytes);
+      : this.#http.postWhole(options, request.wholeBodyLimitBytes));
+    if (response.statusCode === 401 || response.statusCode === 403)
+      this.#keys.refused(target.deployment, target.keyIndex);
+    return response;
   }
 
   /** How long a whole (non-stream) reply may take to start, for this deployment. */
