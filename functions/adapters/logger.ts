@@ -19,7 +19,9 @@ export const createLogger = (level: LogLevel, base: LogFields = {}): Logger => {
   const threshold = RANK[level];
   const write = (at: Exclude<LogLevel, 'silent'>, message: string, fields?: LogFields) => {
     if (RANK[at] < threshold) return;
-    const line: Record<string, unknown> = { level: at, time: new Date().toISOString(), message, ...base };
+    // `level` and an RFC 3339 `timestamp` are what Lambda's log-level filter reads in a JSON line; without the
+    // timestamp it takes every line for INFO, and a function set to WARN would drop our errors.
+    const line: Record<string, unknown> = { level: at, timestamp: new Date().toISOString(), message, ...base };
     for (const [name, value] of Object.entries(fields ?? {})) line[name] = describeError(value);
     process.stdout.write(`${JSON.stringify(line, errorReplacer)}\n`);
   };

@@ -159,9 +159,14 @@ export const statusOf = (
   };
 };
 
-/** Durations the way OpenAI writes them in `x-ratelimit-reset-*`: `0s`, `1.5s`, `6m0s`, `1h2m3s`. */
+/**
+ * Durations the way OpenAI writes them in `x-ratelimit-reset-*` (Go's format, to the millisecond): `0s`, `20ms`,
+ * `1.5s`, `6m0s`, `1h2m3s`.
+ */
 export const formatDuration = (us: number): string => {
   const totalMs = Math.ceil(us / 1000);
+  if (totalMs === 0) return '0s';
+  if (totalMs < 1000) return `${totalMs}ms`;
   if (totalMs < 60_000) return `${Number((totalMs / 1000).toFixed(3))}s`;
   const totalSeconds = Math.ceil(totalMs / 1000);
   const h = Math.floor(totalSeconds / 3600);

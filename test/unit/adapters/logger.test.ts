@@ -19,6 +19,14 @@ const linesOf = (fn: () => void): Record<string, unknown>[] => {
 
 afterEach(() => vi.restoreAllMocks());
 
+describe('log lines', () => {
+  it('carry what Lambda filters them by: the level, and an RFC 3339 timestamp', () => {
+    const [line] = linesOf(() => createLogger('warn').error('settlement failed'));
+    expect(line).toMatchObject({ level: 'error', message: 'settlement failed' });
+    expect(line?.timestamp).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+  });
+});
+
 describe('log lines of errors', () => {
   it('keep the cause behind an API error, not only the body its client got', () => {
     const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:37143'), {

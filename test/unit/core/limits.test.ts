@@ -124,6 +124,8 @@ describe('header figures', () => {
 
   it('format durations as OpenAI does', () => {
     expect(formatDuration(0)).toBe('0s');
+    expect(formatDuration(20_000)).toBe('20ms');
+    expect(formatDuration(999_001)).toBe('1s');
     expect(formatDuration(1_500_000)).toBe('1.5s');
     expect(formatDuration(360_000_000)).toBe('6m0s');
     expect(formatDuration(3_723_000_000)).toBe('1h2m3s');
