@@ -8,6 +8,9 @@ import { type Bindings, GatewayFunction } from './gateway-function.ts';
 import { queues } from './resources.ts';
 import type { StageConfig } from './stage.ts';
 
+/** Most concurrent invocations of a queue consumer (the settlement consumer): see its event source below. */
+export const SETTLEMENT_MAX_CONCURRENCY = 50;
+
 export interface JobsStackProps extends StackProps {
   readonly stage: StageConfig;
   /** The rows of the function table with a `queue` or `schedule` trigger. */
@@ -43,9 +46,16 @@ export class JobsStack extends Stack {
             batchSize: 10,
             // The consumer reports the messages that failed; the rest of the batch is deleted.
             reportBatchItemFailures: true,
+            // Bounded, so a backlog does not scale consumers into one another: a busy account's settlements all
+            // write its wallet and buckets, and past some concurrency they mostly cancel each other's transactions
+            // (and the request path's admissions) — six quick conflicts send a message back to the queue, five
+            // receives to the DLQ. 50 consumers settle thousands of calls a second.
+            maxConcurrency: SETTLEMENT_MAX_CONCURRENCY,
           }),
         );
       } else if (trigger.kind === 'schedule') {
+        // Nor Lambda's own retries of an async invocation (two by default): one run per schedule tick.
+        fn.configureAsyncInvoke({ retryAttempts: 0 });
         new Schedule(this, `${name}-schedule`, {
           scheduleName: `${stage.prefix}-${name}`,
           description: `Runs ${name} (${trigger.schedule})`,

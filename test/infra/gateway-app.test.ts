@@ -11,6 +11,7 @@ import { loadConfig } from '#functions/config.ts';
 import { CORS_HEADERS } from '#http/cors.ts';
 import { type FunctionDefinition, functions, timeoutOf } from '#lib/functions.ts';
 import { ENTRY_METADATA } from '#lib/gateway-function.ts';
+import { SETTLEMENT_MAX_CONCURRENCY } from '#lib/jobs-stack.ts';
 import { buckets, physicalName, queues, tables } from '#lib/resources.ts';
 import { DEFAULT_SCHEDULES } from '#lib/stage.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
@@ -474,6 +475,7 @@ describe('the CDK app', () => {
     );
     expect(referencesIn(mapping.stack, mapping.properties.FunctionName)).toEqual([key(consumer)]);
     expect(mapping.properties.FunctionResponseTypes).toEqual(['ReportBatchItemFailures']);
+    expect(mapping.properties.ScalingConfig).toEqual({ MaximumConcurrency: SETTLEMENT_MAX_CONCURRENCY });
     expect(queue.properties.VisibilityTimeout).toBeGreaterThanOrEqual(6 * consumer.properties.Timeout);
     expect(queue.properties.RedrivePolicy.maxReceiveCount).toBe(5);
     expect(referencesIn(queue.stack, queue.properties.RedrivePolicy.deadLetterTargetArn)).toEqual([key(dlq)]);
@@ -491,6 +493,15 @@ describe('the CDK app', () => {
       );
       expect(schedule.properties.ScheduleExpression).toBe(DEFAULT_SCHEDULES[definition.trigger.schedule]);
       expect(schedule.properties.State).toBe('ENABLED');
+      // One run per tick: neither the scheduler nor Lambda's async invocation retries a failed run.
+      expect(schedule.properties.Target.RetryPolicy).toMatchObject({ MaximumRetryAttempts: 0 });
+      const invokeConfig = one(
+        all('AWS::Lambda::EventInvokeConfig').filter((c) =>
+          referencesIn(c.stack, c.properties.FunctionName).includes(key(fn)),
+        ),
+        `${name}'s async invoke config`,
+      );
+      expect(invokeConfig.properties.MaximumRetryAttempts).toBe(0);
     }
   });
 
