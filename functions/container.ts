@@ -134,6 +134,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
       accounts: config.tables.accounts,
     },
     sleep,
+    (message, fields) => log.warn(message, fields),
   );
   const admission =
     options.metering === false

@@ -163,11 +163,19 @@ export class DynamoAccounting implements AccountingStore {
   readonly #client: DynamoDBClient;
   readonly #tables: AccountingTables;
   readonly #sleep: (ms: number) => Promise<void>;
+  readonly #warn: (message: string, fields: Record<string, unknown>) => void;
 
-  constructor(client: DynamoDBClient, tables: AccountingTables, sleep: (ms: number) => Promise<void>) {
+  /** `warn`: where a best-effort step that failed is told (a debt left to the next release or top-up). */
+  constructor(
+    client: DynamoDBClient,
+    tables: AccountingTables,
+    sleep: (ms: number) => Promise<void>,
+    warn: (message: string, fields: Record<string, unknown>) => void = () => {},
+  ) {
     this.#client = client;
     this.#tables = tables;
     this.#sleep = sleep;
+    this.#warn = warn;
   }
 
   /**
@@ -417,7 +425,7 @@ export class DynamoAccounting implements AccountingStore {
         await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
         // Best effort, after the fact: the settlement stands whatever happens here (the next top-up collects).
         if ((owed > 0 || owing) && plan.accountId)
-          await this.#collectOwed(plan.accountId, ledgerOf(plan)).catch(() => {});
+          await this.#collectOwedOrWarn(plan.accountId, ledgerOf(plan));
         return 'settled';
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
@@ -523,6 +531,15 @@ export class DynamoAccounting implements AccountingStore {
    * now, as far as it goes: that money pays the debt at once rather than being spent on new calls until the next
    * top-up. Best effort: what it cannot take now, the next release or top-up collects.
    */
+  /** #collectOwed, whose failure stands (the next release or top-up collects) but is told, not swallowed. */
+  async #collectOwedOrWarn(accountId: string, entry: CollectionEntry): Promise<void> {
+    try {
+      await this.#collectOwed(accountId, entry);
+    } catch (error) {
+      this.#warn('debt not collected; the next release or top-up will', { accountId, error });
+    }
+  }
+
   async #collectOwed(accountId: string, entry: CollectionEntry): Promise<void> {
     for (let attempt = 1; attempt <= 3; attempt++) {
       const wallet = await this.wallet(accountId);
@@ -661,9 +678,7 @@ export class DynamoAccounting implements AccountingStore {
     }
     const accountId = pk.slice(accountKey('').length);
     const requestId = sk.slice('hold#'.length);
-    await this.#collectOwed(accountId, { at: nowMs, id: `swept#${requestId}`, reference: requestId }).catch(
-      () => {},
-    );
+    await this.#collectOwedOrWarn(accountId, { at: nowMs, id: `swept#${requestId}`, reference: requestId });
     return true;
   }
 

@@ -21,7 +21,12 @@ export const createLogger = (level: LogLevel, base: LogFields = {}): Logger => {
     if (RANK[at] < threshold) return;
     // `level` and an RFC 3339 `timestamp` are what Lambda's log-level filter reads in a JSON line; without the
     // timestamp it takes every line for INFO, and a function set to WARN would drop our errors.
-    const line: Record<string, unknown> = { level: at, timestamp: new Date().toISOString(), message, ...base };
+    const line: Record<string, unknown> = {
+      level: at,
+      timestamp: new Date().toISOString(),
+      message,
+      ...base,
+    };
     for (const [name, value] of Object.entries(fields ?? {})) line[name] = describeError(value);
     process.stdout.write(`${JSON.stringify(line, errorReplacer)}\n`);
   };

@@ -349,6 +349,41 @@ describe('admission and settlement', () => {
     expect(await h.accounting.wallet(id)).toEqual({ balance: 0, available: 0, owed: usdToNano(0.7) });
   });
 
+  it('tells, and does not fail the settlement, when the debt cannot be collected then', async () => {
+    const id = await owingWithOpenHold();
+    const failing = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
+    failing.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetItemCommand') throw new Error('store unreachable');
+        return next(args);
+      },
+      { step: 'initialize', name: 'noReads' },
+    );
+    const warnings: string[] = [];
+    try {
+      const settling = new DynamoAccounting(
+        failing,
+        h.resources.tables,
+        async () => {},
+        (message) => warnings.push(message),
+      );
+      await expect(
+        settling.settle(
+          planSettlement(settled(id, `other-${id}`, { cost: usdToNano(0.2), hold: usdToNano(1) })),
+        ),
+      ).resolves.toBe('settled');
+    } finally {
+      failing.destroy();
+    }
+    expect(warnings).toEqual(['debt not collected; the next release or top-up will']);
+    // Settled, the freed 0.8 available; the debt stands whole, for the next release or top-up.
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: usdToNano(0.8),
+      available: usdToNano(0.8),
+      owed: usdToNano(1.5),
+    });
+  });
+
   it('pays a debt with what the sweeper frees', async () => {
     const id = await owingWithOpenHold();
     h.clock.advance(30 * 60_000 + 1);
