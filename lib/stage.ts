@@ -87,14 +87,22 @@ export const holdTtlProblem = (holdTtlMs: number): string | null => {
       .filter((d) => d.trigger.kind === 'http')
       .map(timeoutOf),
   );
-  const minimumMs = (longestCallS + HOLD_SETTLEMENT_ALLOWANCE_S) * 1000;
+  const settleS = settlementAllowanceS();
+  const minimumMs = (longestCallS + settleS) * 1000;
   return holdTtlMs < minimumMs
-    ? `at least ${minimumMs} (the longest HTTP function timeout, ${longestCallS} s, plus ${HOLD_SETTLEMENT_ALLOWANCE_S} s to settle)`
+    ? `at least ${minimumMs} (the longest HTTP function timeout, ${longestCallS} s, plus ${settleS} s for its settlement's every delivery)`
     : null;
 };
 
-/** Time a hold is kept beyond its call's longest run for the settlement to be queued and consumed. */
-const HOLD_SETTLEMENT_ALLOWANCE_S = 300;
+/**
+ * Time a hold is kept beyond its call's longest run for its settlement: every delivery the queue makes of it, each
+ * a visibility timeout apart, before the last goes to the DLQ. Less, and a settlement that failed twice or three
+ * times found its hold swept, its cost landing as debt rather than against what it held.
+ */
+const settlementAllowanceS = (): number => {
+  const { visibilityTimeoutSeconds, deadLetter } = queues.settlement;
+  return visibilityTimeoutSeconds * deadLetter.maxReceiveCount;
+};
 
 /** Stand-ins for the names the stacks set, so loadConfig can check the tunable values on their own. */
 const CONFIG_PLACEHOLDERS: Readonly<Record<string, string>> = Object.fromEntries([

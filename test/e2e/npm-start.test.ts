@@ -229,7 +229,7 @@ describe('npm start with a configuration that cannot work', () => {
     const { code, stderr } = await refused({ HOLD_TTL_MS: '600000' });
     expect(code).toBe(1);
     expect(stderr).toContain(
-      'HOLD_TTL_MS must be at least 1200000 (the longest HTTP function timeout, 900 s',
+      'HOLD_TTL_MS must be at least 1800000 (the longest HTTP function timeout, 900 s',
     );
   });
 

@@ -87,7 +87,7 @@ describe('stageConfig', () => {
     [{ functionEnv: '{"SETTLEMENT_QUEUE_URL":"x"}' }, 'SETTLEMENT_QUEUE_URL'],
     [{ functionEnv: '{"HEALTH_FAILURE_RATE":"2"}' }, 'HEALTH_FAILURE_RATE'],
     // Shorter than the chat function's 15 minutes: the sweeper would free money a running call still holds.
-    [{ functionEnv: '{"HOLD_TTL_MS":"600000"}' }, 'HOLD_TTL_MS of at least 1200000'],
+    [{ functionEnv: '{"HOLD_TTL_MS":"600000"}' }, 'HOLD_TTL_MS of at least 1800000'],
   ])('fails the synth on a bad value, naming the key: %o', (context, key) => {
     expect(() => config(context)).toThrow(key);
   });
