@@ -69,9 +69,27 @@ const renderTotals = (report) => {
   generated.textContent = utc(report.generated_at);
   const ongoing = report.incidents.filter((i) => i.status === 'ONGOING');
   const overall = document.getElementById('overall');
+  const ageMinutes = Math.floor((Date.now() - Date.parse(report.generated_at)) / 60_000);
+  if (ageMinutes >= STALE_AFTER_MINUTES) {
+    // The report is rebuilt every few minutes: one this old says nothing of now — neither "operational" nor an
+    // incident still "ongoing".
+    overall.dataset.state = 'unknown';
+    overall.textContent = `Status unknown: the report is ${staleAge(ageMinutes)} old`;
+    return;
+  }
   overall.dataset.state = ongoing.length > 0 ? 'incident' : 'up';
   overall.textContent =
     ongoing.length > 0 ? `Ongoing incident: ${ongoing[0].name}` : 'All systems operational';
+};
+
+/** Six runs of the report's 5-minute schedule missed: past this the page does not vouch for the present. */
+const STALE_AFTER_MINUTES = 30;
+
+/** 45 → "45 minutes", 200 → "3 hours", 3000 → "2 days". */
+const staleAge = (minutes) => {
+  if (minutes < 120) return `${minutes} minutes`;
+  if (minutes < 2 * 1440) return `${Math.floor(minutes / 60)} hours`;
+  return `${Math.floor(minutes / 1440)} days`;
 };
 
 /** What the chart's picture says, for a screen reader: its days and its peak, or that there is nothing to draw. */

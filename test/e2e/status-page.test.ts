@@ -222,4 +222,17 @@ describe('the status page', () => {
     expect((await fetch(`${t.stack.url}/v1/nothing`)).status).toBe(404);
     expect((await fetchUsage(t)).report.generated_at).toBe(report.generated_at);
   });
+
+  it('vouches for nothing when the report is old: status unknown, not operational nor an incident ongoing', async () => {
+    // The last report anyone published, three hours ago (its schedule stopped since): an incident still "ongoing".
+    await t.stack.usageReport({ time: new Date(Date.now() - 3 * 3_600_000).toISOString() });
+    const { page, problems, close } = await open({ width: 1280, height: 900 });
+    try {
+      expect(await page.locator('#overall').getAttribute('data-state')).toBe('unknown');
+      expect(await page.locator('#overall').textContent()).toBe('Status unknown: the report is 3 hours old');
+      expect(problems).toEqual([]);
+    } finally {
+      await close();
+    }
+  });
 });
