@@ -254,7 +254,8 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         const summary = { settled: 0, duplicates: 0, invalid: 0, failed: [] as string[] };
         for (const record of replayableRecords(text, summary)) {
           try {
-            const outcome = await accounting.settle(planSettlement(record));
+            // Now, not the call's end: a refund is bounded by what is still ahead in the buckets when it lands.
+            const outcome = await accounting.settle(planSettlement(record, Date.now()));
             if (outcome === 'duplicate') summary.duplicates++;
             else summary.settled++;
           } catch (error) {

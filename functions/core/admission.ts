@@ -69,6 +69,8 @@ export interface AdmissionOptions {
 interface Remembered {
   readonly state: BucketState;
   readonly limits: Limits;
+  /** The generation of the limits the state is kept under (the store's `limitsGen`). */
+  readonly gen: number;
 }
 
 /** How far ahead of now a contended admission's fresh form starts, from its third attempt (see #admit). */
@@ -234,19 +236,15 @@ export class Admission {
    */
   expectCorrection(
     accountId: string,
-    correction: { readonly tpmUs: number; readonly tpdUs: number },
-    admittedUnder: { readonly tpm: number; readonly tpd: number },
+    correction: { readonly tpmUs: number; readonly tpdUs: number; readonly limitsGen: number | null },
   ): void {
     const memory = this.#buckets.get(accountId);
     if (!memory) return;
-    // Computed in the intervals of the limits admitted under; the store applies it under those alone.
-    if (
-      emissionUs('tpm', memory.limits.tpm) !== admittedUnder.tpm ||
-      emissionUs('tpd', memory.limits.tpd) !== admittedUnder.tpd
-    )
-      return;
+    // The store applies it under the generation of limits the call was admitted under alone.
+    if (correction.limitsGen !== null && correction.limitsGen !== memory.gen) return;
     const known = memory.state;
     this.#remember(accountId, {
+      gen: memory.gen,
       limits: memory.limits,
       state: {
         ...known,
@@ -339,7 +337,7 @@ export class Admission {
           // instance had not heard of), and the store's value is at most the bound.
           after[c.dimension] = Math.min(guessed, nowUs + capacityUs(c.dimension, limits[c.dimension]));
         });
-        this.#remember(principal.accountId, { state: after, limits });
+        this.#remember(principal.accountId, { state: after, limits, gen: profile.limitsGen });
         return {
           hold: hold ? { id: request.requestId, amount: hold.amount } : null,
           estimatedTokens: request.estimatedTokens,
@@ -359,12 +357,12 @@ export class Admission {
         // buckets were rescaled to the new limits. Admit under those, from the state the store reported.
         profile = await this.#profile(principal.accountId, true);
         limits = limitsFor(profile.tier, profile.quota);
-        this.#remember(principal.accountId, { state: result.bucket, limits });
+        this.#remember(principal.accountId, { state: result.bucket, limits, gen: result.bucketGen });
         continue;
       }
       const actual = result.bucket ?? known;
       if (result.bucket) {
-        this.#remember(principal.accountId, { state: result.bucket, limits });
+        this.#remember(principal.accountId, { state: result.bucket, limits, gen: result.bucketGen });
         const exact = DIMENSIONS.map((d) => checkDimension(d, limits[d], actual[d], charges[d], nowUs));
         const refused = exact.filter((c) => !c.allowed);
         if (refused.length > 0) {

@@ -246,8 +246,7 @@ export class Gateway {
   /** Lets admission's memory of the account's buckets take the correction its settlement will make. */
   expectSettlement(record: SettlementRecord): void {
     const correction = tokenCorrectionOf(record, this.#deps.clock.now());
-    if (correction && record.accountId && record.admission)
-      this.#deps.admission?.expectCorrection(record.accountId, correction, record.admission.tokenEmissionUs);
+    if (correction && record.accountId) this.#deps.admission?.expectCorrection(record.accountId, correction);
   }
 
   /** Tells deployment health how the served attempt ended: whole, or as a stream broken mid-way. */

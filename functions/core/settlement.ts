@@ -196,8 +196,8 @@ export const tokenCorrectionOf = (
  * estimate got wrong, count the call in the usage aggregates, and log a fault if there was one.
  */
 /**
- * `nowMs`: when the plan is applied, which bounds the token refund (tokenCorrectionOf); by default the call's end,
- * for replays and tests — the consumer passes its clock.
+ * `nowMs`: when the plan is applied, which bounds the token refund (tokenCorrectionOf). By default the call's end,
+ * for tests; whatever applies a plan — the consumer, the admin CLI's replay — passes its clock.
  */
 export const planSettlement = (record: SettlementRecord, nowMs: number = endedAt(record)): SettlementPlan => {
   const admission = record.admission;

@@ -14,7 +14,7 @@ export interface AggregateIncrement {
    * - `status#<group>#<status>`: the error funnel's `count`;
    * - `minutes#<HH>`: one UTC hour's per-minute counters, each call in the minute it ended (on that minute's day):
    *   `r<MM>` (calls the platform was asked to serve: successes and faults, not the caller's own errors), `e<MM>`
-   *   (5xx of a model or `platform`, but for calls cut at their deadline), `o<MM>` (429 `engine_overloaded`) and
+   *   (5xx of a model or `platform`, but for deadline cuts and unwired models), `o<MM>` (429 `engine_overloaded`) and
    *   `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
    */
   readonly subject: string;
@@ -67,10 +67,13 @@ export const funnelGroup = (record: SettlementRecord): string => {
 };
 
 /**
- * Whether a fault counts against the platform's availability (the minute counters' `e`): not a call cut at the
- * longest time a call may take — the platform and its upstreams were working; the call outlasted what it may take.
+ * Whether a fault counts against the platform's availability (the minute counters' `e`). Not a call cut at the
+ * longest time a call may take — the platform and its upstreams were working; the call outlasted what it may take —
+ * nor one to a model with no deployment configured or left undrained: a standing state of that model, shown in its
+ * row, which any key holder could otherwise call once a minute to take the platform's uptime down.
  */
-const isDowntimeFault = (record: SettlementRecord): boolean => record.fault?.kind !== 'deadline';
+const isDowntimeFault = (record: SettlementRecord): boolean =>
+  record.fault?.kind !== 'deadline' && record.fault?.kind !== 'no_eligible_model';
 
 /** A stream that broke after its 200 is a server fault, whatever its status line said. */
 const funnelStatus = (record: SettlementRecord): number =>

@@ -5,7 +5,6 @@ import { BalanceCeilingError, MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { Admission, type Admitted } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
 import { InsufficientBalanceError, RateLimitError } from '#core/errors.ts';
-import { emissionUs } from '#core/limits.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
 import { type AdmissionRef, planSettlement, tokenCorrectionOf } from '#core/settlement.ts';
@@ -558,7 +557,7 @@ describe('limits around a settlement that refunds its estimate', () => {
     const record = await refunded(admission, id);
     const correction = tokenCorrectionOf(record, h.clock.now());
     if (!correction) throw new Error('expected a correction');
-    admission.expectCorrection(id, correction, record.admission.tokenEmissionUs);
+    admission.expectCorrection(id, correction);
     h.clock.advance(3_000);
     const next = await admission.admit(principal(id), {
       requestId: `next-${id}`,
@@ -569,16 +568,29 @@ describe('limits around a settlement that refunds its estimate', () => {
     expect(next.headers['x-ratelimit-remaining-requests']).toBe('999');
   });
 
+  it('takes no correction for limits other than those its memory keeps (the store applies none)', async () => {
+    const id = await newAccount(1); // trusted: its limits' first generation
+    const { admission } = countingInstance();
+    await admission.admit(principal(id), { requestId: `a-${id}`, estimatedTokens: 5_000, holdAmount: 0 });
+    admission.expectCorrection(id, { tpmUs: 120_000_000, tpdUs: 0, limitsGen: 7 });
+    h.clock.advance(1);
+    const next = await admission.admit(principal(id), {
+      requestId: `b-${id}`,
+      estimatedTokens: 10,
+      holdAmount: 0,
+    });
+    // What the two calls spent (less what drained since): not the minute the correction would have taken.
+    expect(Number(next.headers['x-ratelimit-remaining-tokens'])).toBeGreaterThanOrEqual(
+      2_000_000 - 5_000 - 10,
+    );
+  });
+
   it('never reports a bucket past its limit when its memory ran ahead of the store', async () => {
     const id = await newAccount(1);
     const { admission } = countingInstance();
     await admission.admit(principal(id), { requestId: `a-${id}`, estimatedTokens: 5_000, holdAmount: 0 });
     // A wrong expectation (two minutes of tokens the store never charged): the store still admits.
-    admission.expectCorrection(
-      id,
-      { tpmUs: 120_000_000, tpdUs: 0 },
-      { tpm: emissionUs('tpm', 2_000_000), tpd: emissionUs('tpd', 50_000_000) },
-    );
+    admission.expectCorrection(id, { tpmUs: 120_000_000, tpdUs: 0, limitsGen: null });
     h.clock.advance(1);
     const next = await admission.admit(principal(id), {
       requestId: `b-${id}`,

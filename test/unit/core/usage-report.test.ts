@@ -145,6 +145,23 @@ describe('the usage aggregates settlement writes', () => {
     expect(rowFaults(failed('upstream_error', 500, 'deadline'))).toBe(0);
   });
 
+  it('count a model without an eligible deployment as that model’s fault, never as downtime', () => {
+    const at = T0 + 7 * MIN;
+    const unwired = failed('unavailable', 503, 'no_eligible_model', { at });
+    expect(aggregatesFor(unwired).find((i) => i.subject === 'minutes#12')?.counters).toEqual({ r07: 1 });
+    // A key holder calling it once a minute for half an hour, on a platform serving nothing else.
+    const calls = Array.from({ length: 30 }, (_, i) =>
+      failed('unavailable', 503, 'no_eligible_model', { at: T0 + i * MIN }),
+    );
+    const r = report(calls);
+    expect(r.incidents).toEqual([]);
+    expect(r.totals.downtime_minutes).toBe(0);
+    expect(r.models.find((m) => m.id === 'famA-a')).toMatchObject({
+      faults: 30,
+      status: 'degraded recently',
+    });
+  });
+
   it('file a call cut at its deadline under `platform`, as no downtime and in words of its own', () => {
     const at = T0 + 7 * MIN;
     const cut = failed('upstream_error', 500, 'deadline', { at });
