@@ -58,7 +58,12 @@ const AGGREGATE_SHARDS = 8;
 const MARKER_TTL_SECONDS = 14 * 86_400;
 /** The usage report covers 30 days; a margin keeps the last day complete. */
 const USAGE_TTL_SECONDS = 40 * 86_400;
-const SETTLE_ATTEMPTS = 6;
+/**
+ * Attempts of one settlement's transaction. Each retry answers what the last one found — a conflict, the hold
+ * already swept, the limits' generation changed, the wallet owing, up to three shortfalls — so a settlement meeting
+ * all of them at once still commits here rather than waiting for the queue's redelivery.
+ */
+const SETTLE_ATTEMPTS = 8;
 
 const S = (value: string): AttributeValue => ({ S: value });
 const N = (value: number): AttributeValue => ({ N: String(value) });
@@ -678,7 +683,9 @@ export class DynamoAccounting implements AccountingStore {
     }
     const accountId = pk.slice(accountKey('').length);
     const requestId = sk.slice('hold#'.length);
-    await this.#collectOwedOrWarn(accountId, { at: nowMs, id: `swept#${requestId}`, reference: requestId });
+    // Whole milliseconds, as every ledger entry's time (its sort key pads them to 13 digits).
+    const at = Math.floor(nowMs);
+    await this.#collectOwedOrWarn(accountId, { at, id: `swept#${requestId}`, reference: requestId });
     return true;
   }
 
