@@ -7,7 +7,8 @@
  *   keys list ACCOUNT_ID                        list an account's keys (public prefixes only)
  *   keys revoke ACCOUNT_ID KEY_PREFIX           revoke keys by public prefix (e.g. svc_live_Ab12Cd34)
  *   accounts quota ACCOUNT_ID [--rpm N] [--rpd N] [--tpm N] [--tpd N] | --clear
- *                                               a volume account's custom quota (replaces the tier's limits)
+ *                                               a volume account's custom quota: each limit given replaces the
+ *                                               tier's; those not given keep the tier's
  *   wallet topup ACCOUNT_ID USD --reference REF credit a top-up (min 1 USD; REF makes it happen once)
  *   wallet show ACCOUNT_ID                      balance, available, owed, open holds and the ledger
  *   settlements replay FILE                     settle records that never reached the queue (the gateway logs

@@ -159,6 +159,8 @@ writeFileSync(
   ),
 );
 
+// An empty demo wallet pays for nothing: the example then calls the free model instead of answering 402.
+const tryModel = stack.demoBalanceNano === 0 && env.METERING !== 'off' ? 'svc-free-famA' : 'famA-v4.1-flash';
 console.log(`
 gateway listening on ${stack.url}/v1  (${instances} instance${instances === 1 ? '' : 's'}, ready in ${Date.now() - started} ms)
 status page: ${stack.url}/  (usage.json ${env.CONSUMERS === 'off' ? 'not republished: CONSUMERS=off' : 'republished every 5 minutes'})
@@ -168,5 +170,5 @@ demo wallet: ${nanoToUsd(stack.demoBalanceNano)} USD${env.METERING === 'off' ? '
 
 try it:
   curl ${stack.url}/v1/chat/completions -H "Authorization: Bearer ${env.DEMO_API_KEY ? '$DEMO_API_KEY' : stack.demoApiKey}" \\
-    -H "Content-Type: application/json" -d '{"model":"famA-v4.1-flash","messages":[{"role":"user","content":"Hello"}]}'
+    -H "Content-Type: application/json" -d '{"model":"${tryModel}","messages":[{"role":"user","content":"Hello"}]}'
 `);
