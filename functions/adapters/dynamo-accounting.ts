@@ -428,7 +428,8 @@ export class DynamoAccounting implements AccountingStore {
 
       try {
         await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
-        // Best effort, after the fact: the settlement stands whatever happens here (the next top-up collects).
+        // Best effort, after the fact: the settlement stands whatever happens here (the next release or top-up
+        // collects).
         if ((owed > 0 || owing) && plan.accountId)
           await this.#collectOwedOrWarn(plan.accountId, ledgerOf(plan));
         return 'settled';
@@ -530,12 +531,6 @@ export class DynamoAccounting implements AccountingStore {
     };
   }
 
-  /**
-   * After a settlement left part of its cost owed (the wallet could not pay it then), or money was freed on a
-   * wallet that owes (a settlement or the sweeper releasing a hold), takes what is owed from what is available
-   * now, as far as it goes: that money pays the debt at once rather than being spent on new calls until the next
-   * top-up. Best effort: what it cannot take now, the next release or top-up collects.
-   */
   /** #collectOwed, whose failure stands (the next release or top-up collects) but is told, not swallowed. */
   async #collectOwedOrWarn(accountId: string, entry: CollectionEntry): Promise<void> {
     try {
@@ -545,6 +540,12 @@ export class DynamoAccounting implements AccountingStore {
     }
   }
 
+  /**
+   * After a settlement left part of its cost owed (the wallet could not pay it then), or money was freed on a
+   * wallet that owes (a settlement or the sweeper releasing a hold), takes what is owed from what is available
+   * now, as far as it goes: that money pays the debt at once rather than being spent on new calls until the next
+   * top-up. Best effort: what it cannot take now, the next release or top-up collects.
+   */
   async #collectOwed(accountId: string, entry: CollectionEntry): Promise<void> {
     for (let attempt = 1; attempt <= 3; attempt++) {
       const wallet = await this.wallet(accountId);
@@ -590,9 +591,8 @@ export class DynamoAccounting implements AccountingStore {
   }
 
   /**
-   * Releases holds whose settlement never came (a crash between admission and settlement). Each release is
-   * its own transaction, conditional on the hold still existing, so it cannot race a late settlement into
-   * releasing twice.
+   * Releases holds whose settlement never came (a crash between admission and settlement), one by one
+   * (#releaseHold); on a wallet that owes, what a release frees pays the debt.
    */
   async releaseExpiredHolds(nowMs: number): Promise<number> {
     let released = 0;
@@ -614,47 +614,39 @@ export class DynamoAccounting implements AccountingStore {
           const pk = hold.pk?.S;
           const sk = hold.sk?.S;
           if (!pk || !sk) continue;
-          try {
-            await this.#client.send(
-              new TransactWriteItemsCommand({
-                TransactItems: [
-                  {
-                    Delete: {
-                      TableName: this.#tables.wallet,
-                      Key: { pk: S(pk), sk: S(sk) },
-                      ConditionExpression: 'attribute_exists(pk)',
-                    },
-                  },
-                  {
-                    Update: {
-                      TableName: this.#tables.wallet,
-                      Key: { pk: S(pk), sk: S('wallet') },
-                      UpdateExpression: 'SET available = available + :amount',
-                      ExpressionAttributeValues: { ':amount': N(num(hold.amount)), ':zero': N(0) },
-                      // Read back only when the wallet owes: then what the release frees pays the debt.
-                      ConditionExpression: NO_DEBT,
-                      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-                    },
-                  },
-                ],
-              }),
-            );
-            released++;
-          } catch (error) {
-            if (!(error instanceof TransactionCanceledException)) throw error;
-            const [holdGone, wallet] = error.CancellationReasons ?? [];
-            // Settled (or released) in the meantime: nothing to do.
-            if (failed(holdGone) || !failed(wallet) || num(wallet?.Item?.owed) <= 0) continue;
-            if (await this.#releaseOwing(pk, sk, num(hold.amount), nowMs)) released++;
+          const amount = num(hold.amount);
+          let outcome = await this.#releaseHold(pk, sk, amount, false);
+          if (outcome === 'owing') {
+            // What the release frees pays the debt: released without the no-debt condition, then collected.
+            outcome = await this.#releaseHold(pk, sk, amount, true);
+            if (outcome === 'released') {
+              const requestId = sk.slice('hold#'.length);
+              // Whole milliseconds, as every ledger entry's time (its sort key pads them to 13 digits).
+              await this.#collectOwedOrWarn(pk.slice(accountKey('').length), {
+                at: Math.floor(nowMs),
+                id: `swept#${requestId}`,
+                reference: requestId,
+              });
+            }
           }
+          if (outcome === 'released') released++;
         }
       }
     }
     return released;
   }
 
-  /** The sweeper's release of one hold on a wallet that owes: the hold's amount freed, then the debt collected. */
-  async #releaseOwing(pk: string, sk: string, amount: number, nowMs: number): Promise<boolean> {
+  /**
+   * One expired hold released, each in its own transaction conditional on the hold still existing, so it cannot race
+   * a late settlement into releasing twice: `gone` when it was settled (or released) meanwhile. Unless the wallet
+   * is known to owe, the release is also conditional on it owing nothing, and answers `owing` when it does.
+   */
+  async #releaseHold(
+    pk: string,
+    sk: string,
+    amount: number,
+    owing: boolean,
+  ): Promise<'released' | 'gone' | 'owing'> {
     try {
       await this.#client.send(
         new TransactWriteItemsCommand({
@@ -671,22 +663,25 @@ export class DynamoAccounting implements AccountingStore {
                 TableName: this.#tables.wallet,
                 Key: { pk: S(pk), sk: S('wallet') },
                 UpdateExpression: 'SET available = available + :amount',
-                ExpressionAttributeValues: { ':amount': N(amount) },
+                ...(owing
+                  ? { ExpressionAttributeValues: { ':amount': N(amount) } }
+                  : {
+                      ExpressionAttributeValues: { ':amount': N(amount), ':zero': N(0) },
+                      // Read back only when the wallet owes.
+                      ConditionExpression: NO_DEBT,
+                      ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
+                    }),
               },
             },
           ],
         }),
       );
+      return 'released';
     } catch (error) {
-      if (error instanceof TransactionCanceledException) return false;
-      throw error;
+      if (!(error instanceof TransactionCanceledException)) throw error;
+      const [holdGone, wallet] = error.CancellationReasons ?? [];
+      return !failed(holdGone) && failed(wallet) && num(wallet?.Item?.owed) > 0 ? 'owing' : 'gone';
     }
-    const accountId = pk.slice(accountKey('').length);
-    const requestId = sk.slice('hold#'.length);
-    // Whole milliseconds, as every ledger entry's time (its sort key pads them to 13 digits).
-    const at = Math.floor(nowMs);
-    await this.#collectOwedOrWarn(accountId, { at, id: `swept#${requestId}`, reference: requestId });
-    return true;
   }
 
   /**

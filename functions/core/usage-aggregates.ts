@@ -14,8 +14,8 @@ export interface AggregateIncrement {
    * - `status#<group>#<status>`: the error funnel's `count`;
    * - `minutes#<HH>`: one UTC hour's per-minute counters, each call in the minute it ended (on that minute's day):
    *   `r<MM>` (calls the platform was asked to serve: successes and faults, not the caller's own errors), `e<MM>`
-   *   (5xx of a model or `platform`, but for deadline cuts and unwired models), `o<MM>` (429 `engine_overloaded`) and
-   *   `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
+   *   (5xx of a model or `platform`, but for deadline cuts and unwired models), `o<MM>` (429
+   *   `engine_overloaded`) and `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
    */
   readonly subject: string;
   readonly counters: Readonly<Record<string, number>>;

@@ -57,14 +57,17 @@ const admissionOf = (admitted: Admitted): AdmissionRef => ({
   limitsGen: admitted.limitsGen,
 });
 
-/** Another gateway instance: its own admission (its own memory of the buckets) on `store`. */
-const instanceOn = (store: typeof h.accounting) =>
+/**
+ * Another gateway instance: its own admission (its own memory of the buckets) on `store`, caching account profiles
+ * for `profileTtlMs` (ACCOUNT_CACHE_TTL_MS).
+ */
+const instanceOn = (store: typeof h.accounting, profileTtlMs = 0) =>
   new Admission({
     store,
     accounts: new RefreshingCache({
       load: (accountId: string) => h.accounts.findAccount(accountId),
       clock: h.clock,
-      ttlMs: 0,
+      ttlMs: profileTtlMs,
     }),
     clock: h.clock,
     random: () => 0,
@@ -568,41 +571,42 @@ describe('limits around a settlement that refunds its estimate', () => {
     expect(next.headers['x-ratelimit-remaining-requests']).toBe('999');
   });
 
-  it('takes no correction for limits other than those its memory keeps (the store applies none)', async () => {
+  /**
+   * The limit headers of a trusted account's second call (10 tokens), on an instance told to expect a correction of
+   * two minutes of tokens the store never charges, after a first call of 5,000.
+   */
+  const headersAfterExpecting = async (limitsGen: number | null) => {
     const id = await newAccount(1); // trusted: its limits' first generation
     const { admission } = countingInstance();
     await admission.admit(principal(id), { requestId: `a-${id}`, estimatedTokens: 5_000, holdAmount: 0 });
-    admission.expectCorrection(id, { tpmUs: 120_000_000, tpdUs: 0, limitsGen: 7 });
+    admission.expectCorrection(id, { tpmUs: 120_000_000, tpdUs: 0, limitsGen });
     h.clock.advance(1);
     const next = await admission.admit(principal(id), {
       requestId: `b-${id}`,
       estimatedTokens: 10,
       holdAmount: 0,
     });
+    return next.headers;
+  };
+
+  it('takes no correction for limits other than those its memory keeps (the store applies none)', async () => {
+    const headers = await headersAfterExpecting(7);
     // What the two calls spent (less what drained since): not the minute the correction would have taken.
-    expect(Number(next.headers['x-ratelimit-remaining-tokens'])).toBeGreaterThanOrEqual(
-      2_000_000 - 5_000 - 10,
-    );
+    expect(Number(headers['x-ratelimit-remaining-tokens'])).toBeGreaterThanOrEqual(2_000_000 - 5_000 - 10);
   });
 
   it('never reports a bucket past its limit when its memory ran ahead of the store', async () => {
-    const id = await newAccount(1);
-    const { admission } = countingInstance();
-    await admission.admit(principal(id), { requestId: `a-${id}`, estimatedTokens: 5_000, holdAmount: 0 });
-    // A wrong expectation (two minutes of tokens the store never charged): the store still admits.
-    admission.expectCorrection(id, { tpmUs: 120_000_000, tpdUs: 0, limitsGen: null });
-    h.clock.advance(1);
-    const next = await admission.admit(principal(id), {
-      requestId: `b-${id}`,
-      estimatedTokens: 10,
-      holdAmount: 0,
-    });
-    expect(next.headers['x-ratelimit-remaining-tokens']).toBe('0');
-    expect(next.headers['x-ratelimit-reset-tokens']).toBe('1m0s');
+    // A wrong expectation (under no generation, so taken): the store still admits.
+    const headers = await headersAfterExpecting(null);
+    expect(headers['x-ratelimit-remaining-tokens']).toBe('0');
+    expect(headers['x-ratelimit-reset-tokens']).toBe('1m0s');
   });
 });
 
 describe('token refunds and changes of limits', () => {
+  /** The account's first top-up, 1 USD: it becomes trusted, its limits' next generation. */
+  const firstTopUp = (id: string) =>
+    h.accounting.topUp({ accountId: id, amount: usdToNano(1), reference: `up-${id}`, at: h.clock.now() });
   /** Settles `admitted` as having used `used` tokens, now. */
   const settleUsed = (id: string, requestId: string, admitted: Admitted, used: number) =>
     h.accounting.settle(
@@ -646,12 +650,7 @@ describe('token refunds and changes of limits', () => {
   it('applies no correction computed under limits the account has since left (a first top-up)', async () => {
     const id = await newAccount();
     const unverified = await admit(id, `old-${id}`, 0, 100_000); // a whole unverified minute
-    await h.accounting.topUp({
-      accountId: id,
-      amount: usdToNano(1),
-      reference: `up-${id}`,
-      at: h.clock.now(),
-    });
+    await firstTopUp(id);
     h.clock.advance(1);
     // Trusted: 2,000,000 a minute; the unverified call's 100,000 were carried over as 100,000.
     await admit(id, `big-${id}`, 0, 1_900_000);
@@ -682,12 +681,7 @@ describe('token refunds and changes of limits', () => {
       { step: 'initialize', name: 'raceTopUp' },
     );
     try {
-      await h.accounting.topUp({
-        accountId: id,
-        amount: usdToNano(1),
-        reference: `up-${id}`,
-        at: h.clock.now(),
-      });
+      await firstTopUp(id);
     } finally {
       h.client.middlewareStack.remove('raceTopUp');
     }
@@ -705,25 +699,9 @@ describe('token refunds and changes of limits', () => {
 
   it('checks a call too large for a cached profile against the stored limits before refusing it', async () => {
     const id = await newAccount();
-    const cached = new Admission({
-      store: h.accounting,
-      accounts: new RefreshingCache({
-        load: (accountId: string) => h.accounts.findAccount(accountId),
-        clock: h.clock,
-        ttlMs: 5_000,
-      }),
-      clock: h.clock,
-      random: () => 0,
-      sleep: async () => {},
-      holdTtlMs: 30 * 60_000,
-    });
+    const cached = instanceOn(h.accounting, 5_000);
     await cached.admit(principal(id), { requestId: `first-${id}`, estimatedTokens: 10, holdAmount: 0 });
-    await h.accounting.topUp({
-      accountId: id,
-      amount: usdToNano(1),
-      reference: `up-${id}`,
-      at: h.clock.now(),
-    });
+    await firstTopUp(id);
     h.clock.advance(1_000);
     // 150,000 tokens: too large for the unverified minute it cached, within the trusted one it now has.
     await expect(

@@ -29,27 +29,26 @@ export class KeyRing {
    * warm instance learns of a rotation.
    */
   refused(deployment: Deployment, keyIndex: number): void {
-    const refs = deployment.keyRefs;
-    if (refs.length === 0) return;
-    const ref = refs[keyIndex % refs.length] as string;
+    const ref = refOf(deployment, keyIndex);
+    if (ref === null) return;
     const cached = this.#resolved.get(ref);
     if (cached && this.#now() - cached.at >= REREAD_REFUSED_KEY_MS) this.#resolved.delete(ref);
   }
 
   /** The key at `keyIndex`, or null for deployments without keys (e.g. a local vLLM). */
   async key(deployment: Deployment, keyIndex: number): Promise<string | null> {
-    const refs = deployment.keyRefs;
-    if (refs.length === 0) return null;
-    const ref = refs[keyIndex % refs.length] as string;
+    const ref = refOf(deployment, keyIndex);
+    if (ref === null) return null;
     let value = this.#resolved.get(ref)?.value;
     if (value === undefined) {
       const resolving = this.#secrets.resolve(ref);
-      value = resolving;
-      this.#resolved.set(ref, { value, at: this.#now() });
-      // A failed resolution is not cached, so a secret added later is picked up.
-      value.catch(() => {
+      this.#resolved.set(ref, { value: resolving, at: this.#now() });
+      // A failed resolution is not cached, so a secret added later is picked up (this read only: a refusal may
+      // have let a newer one replace it).
+      resolving.catch(() => {
         if (this.#resolved.get(ref)?.value === resolving) this.#resolved.delete(ref);
       });
+      value = resolving;
     }
     try {
       return await value;
@@ -60,3 +59,9 @@ export class KeyRing {
     }
   }
 }
+
+/** The secret reference of the key at `keyIndex` (keys cycle), or null for a deployment without keys. */
+const refOf = (deployment: Deployment, keyIndex: number): string | null => {
+  const refs = deployment.keyRefs;
+  return refs.length === 0 ? null : (refs[keyIndex % refs.length] as string);
+};
