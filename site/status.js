@@ -120,24 +120,27 @@ const renderChart = (days) => {
     role: 'img',
     'aria-label': chartLabel(days, peak),
   });
-  const peakLabel = svg(
-    'text',
-    { class: 'axis peak', y: top + 4, 'text-anchor': 'end' },
-    compact.format(peak),
-  );
   const zeroLabel = svg('text', { class: 'axis', y: top + plot, 'text-anchor': 'end' }, '0');
-  chart.append(peakLabel, zeroLabel);
+  // An idle month has no peak above the zero line: one "0" at the bottom, not a second one at the top.
+  const labels =
+    peak > 0
+      ? [
+          svg('text', { class: 'axis peak', y: top + 4, 'text-anchor': 'end' }, compact.format(peak)),
+          zeroLabel,
+        ]
+      : [zeroLabel];
+  chart.append(...labels);
   figure.querySelector('svg')?.remove();
   figure.prepend(chart);
   // The plot starts right of the y-axis labels, measured now that they are drawn: "1K" and "9007.2T" differ by
   // a factor of four, and a fixed margin either wastes a phone's width or cuts the peak's leading digits off.
   // (Unmeasurable when the figure is hidden: then a generous 8 px per character.)
   const labelWidth = Math.max(
-    ...[peakLabel, zeroLabel].map((t) => t.getComputedTextLength() || (t.textContent ?? '').length * 8),
+    ...labels.map((t) => t.getComputedTextLength() || (t.textContent ?? '').length * 8),
   );
   // 4 px clear of the chart's edge, the labels, 6 px before the plot.
   const left = 4 + Math.ceil(labelWidth) + 6;
-  for (const label of [peakLabel, zeroLabel]) label.setAttribute('x', String(left - 6));
+  for (const label of labels) label.setAttribute('x', String(left - 6));
   const step = (width - left) / Math.max(1, days.length);
   chart.append(
     svg('line', { class: 'grid', x1: left, x2: width, y1: top, y2: top }),

@@ -264,12 +264,12 @@ describe('the status page at the edges of a report', () => {
     });
   });
 
-  it('says peak 0 for a month without tokens, and names no days when the report has none', async () => {
+  it('says peak 0 for a month without tokens (one "0" on the y-axis), and names no days when the report has none', async () => {
     const idle = busy({ tokens_per_day: days.map((day) => ({ day, tokens: 0 })) });
     await rendered(idle, 390, async (page) => {
       const chart = page.locator('#tokens-chart svg');
       expect(await chart.getAttribute('aria-label')).toBe('Tokens per day, 2026-11-01 to 2026-11-30; peak 0');
-      expect(await chart.locator('text.peak').textContent()).toBe('0');
+      expect(await chart.locator('text.axis').allTextContents()).toEqual(['0', '11-01', '11-30']);
       // Every day a flat zero bar, none scaled by the zero peak into NaN or Infinity.
       const bars = await chart
         .locator('rect.bar')
@@ -288,7 +288,7 @@ describe('the status page at the edges of a report', () => {
       const chart = page.locator('#tokens-chart svg');
       expect(await chart.getAttribute('aria-label')).toBe('Tokens per day: no days reported');
       expect(await chart.locator('rect.bar').count()).toBe(0);
-      expect(await chart.locator('text.peak').textContent()).toBe('0');
+      expect(await chart.locator('text.axis').allTextContents()).toEqual(['0']);
     });
   });
 });
