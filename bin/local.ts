@@ -165,7 +165,7 @@ console.log(`
 gateway listening on ${stack.url}/v1  (${instances} instance${instances === 1 ? '' : 's'}, ready in ${Date.now() - started} ms)
 status page: ${stack.url}/  (usage.json ${env.CONSUMERS === 'off' ? 'not republished: CONSUMERS=off' : 'republished every 5 minutes'})
 ${env.REGISTRY_FILE ? `registry: ${env.REGISTRY_FILE}\n` : ''}upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : (env.UPSTREAM_BASE_URL ?? 'as the registry file says')}
-demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}
+demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}${stack.revokedDemoKeys > 0 ? '  (the one the last start on this DATA_DIR generated is revoked)' : ''}
 demo wallet: ${nanoToUsd(stack.demoBalanceNano)} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}${env.CONSUMERS === 'off' ? '\nCONSUMERS=off: settlement records stay on the queue, nothing is debited (benchmark comparison only)' : ''}
 
 try it:

@@ -106,16 +106,33 @@ export interface SeedOptions {
   readonly demoApiKey?: string;
 }
 
-/** Seeds the registry and the demo account with its key; returns the demo key (shown once). */
-export const seed = async (options: SeedOptions): Promise<{ demoApiKey: string }> => {
+/** The name of a demo key `npm start` generated (one given as DEMO_API_KEY is named `demo`). */
+export const GENERATED_DEMO_KEY_NAME = 'demo (generated)';
+
+/**
+ * Seeds the registry and the demo account with its key; returns the demo key (shown once). A generated key
+ * replaces the one an earlier start on the same DATA_DIR generated: only its hash was kept, so nobody can be
+ * shown it again, and each restart would otherwise leave one more live key behind. A DEMO_API_KEY is the
+ * caller's own and is never revoked here.
+ */
+export const seed = async (
+  options: SeedOptions,
+): Promise<{ demoApiKey: string; revokedDemoKeys: number }> => {
   const client = new DynamoDBClient(localClientConfig(options.dynamodbEndpoint));
   try {
     await new DynamoRegistry(client, options.registryTable).put(options.models, options.deployments);
     const accounts = new DynamoAccounts(client, options.accountsTable);
     await accounts.ensureAccount(DEMO_ACCOUNT_ID, 'Demo account');
+    let revokedDemoKeys = 0;
+    if (!options.demoApiKey) {
+      const earlier = (await accounts.listKeys(DEMO_ACCOUNT_ID)).filter(
+        (k) => k.name === GENERATED_DEMO_KEY_NAME && k.revokedAt === null,
+      );
+      for (const k of earlier) revokedDemoKeys += await accounts.revokeKey(DEMO_ACCOUNT_ID, k.prefix);
+    }
     const { key } = await accounts
       .createKey(DEMO_ACCOUNT_ID, {
-        name: 'demo',
+        name: options.demoApiKey ? 'demo' : GENERATED_DEMO_KEY_NAME,
         ...(options.demoApiKey ? { key: options.demoApiKey } : {}),
       })
       .catch((error: unknown) => {
@@ -126,7 +143,7 @@ export const seed = async (options: SeedOptions): Promise<{ demoApiKey: string }
           );
         throw error;
       });
-    return { demoApiKey: key };
+    return { demoApiKey: key, revokedDemoKeys };
   } finally {
     client.destroy();
   }

@@ -94,6 +94,8 @@ export interface LocalStackOptions {
 export interface LocalStack {
   readonly url: string;
   readonly demoApiKey: string;
+  /** Demo keys an earlier start on the same DATA_DIR generated, revoked now that a new one is (see seed). */
+  readonly revokedDemoKeys: number;
   /** What the demo wallet holds once the stack is up (its first top-up, or what a DATA_DIR kept). */
   readonly demoBalanceNano: number;
   readonly simulatorUrl: string | null;
@@ -200,7 +202,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
         );
     }
 
-    const { demoApiKey } = await seed({
+    const { demoApiKey, revokedDemoKeys } = await seed({
       dynamodbEndpoint: emulators.dynamodb,
       accountsTable: resources.tables.accounts,
       registryTable: resources.tables.registry,
@@ -342,6 +344,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     return {
       url: `http://${host}:${port}`,
       demoApiKey,
+      revokedDemoKeys,
       simulatorUrl,
       demoBalanceNano,
       emulators,

@@ -9,6 +9,7 @@ import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
 import { NANO_PER_USD } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
 import { localClientConfig } from '#local/emulators.ts';
+import { GENERATED_DEMO_KEY_NAME, seed } from '#local/seed.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { startSimulator } from '#sim/server.ts';
 import { drainSettlements, startTestStack, takeSettlements } from '#test/stack.ts';
@@ -49,7 +50,7 @@ describe('DATA_DIR', () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-data-'));
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
-  it('keeps accounts and keys across restarts', async () => {
+  it('keeps accounts and keys across restarts, and only the last generated demo key live', async () => {
     const key = 'svc_live_persistedPERSISTED0000000001';
     const first = await startLocalStack({
       port: 0,
@@ -91,6 +92,35 @@ describe('DATA_DIR', () => {
       // The first run's demo key still works; this run printed a new one as well.
       expect((await chat(second.url, key)).status).toBe(200);
       expect((await chat(second.url, second.demoApiKey)).status).toBe(200);
+      expect(second.revokedDemoKeys).toBe(0);
+      // A next start without DEMO_API_KEY generates another key and revokes this one, the only generated key
+      // still live; the DEMO_API_KEY one is the caller's and stays.
+      const reseed = () =>
+        seed({
+          dynamodbEndpoint: second.emulators.dynamodb,
+          accountsTable: second.resources.tables.accounts,
+          registryTable: second.resources.tables.registry,
+          models: [],
+          deployments: [],
+        });
+      const third = await reseed();
+      expect(third.revokedDemoKeys).toBe(1);
+      const fourth = await reseed();
+      expect(fourth.revokedDemoKeys).toBe(1);
+      // The third start's key, never seen by the gateway (so not in its key cache), is refused; the newest works.
+      expect((await chat(second.url, third.demoApiKey)).status).toBe(401);
+      expect((await chat(second.url, fourth.demoApiKey)).status).toBe(200);
+      expect((await chat(second.url, key)).status).toBe(200);
+      const store = new DynamoDBClient(localClientConfig(second.emulators.dynamodb));
+      const keys = await new DynamoAccounts(store, second.resources.tables.accounts).listKeys('acct_demo');
+      store.destroy();
+      // Exactly one live generated key, and the DEMO_API_KEY one.
+      expect(
+        keys
+          .filter((k) => k.revokedAt === null)
+          .map((k) => k.name)
+          .sort(),
+      ).toEqual(['demo', GENERATED_DEMO_KEY_NAME]);
     } finally {
       await second.stop();
     }
