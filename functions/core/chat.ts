@@ -90,7 +90,8 @@ export interface PreparedChat {
 export const prepareChat = (request: ChatRequest, model: Model, tokens: TokenCounter): PreparedChat => {
   rejectImagesUnlessMultimodal(request.messages, model);
   const messages = withLanguageRule(request.messages, model);
-  const promptTokens = estimatePromptTokens(messages, request, tokens);
+  const context = model.contextWindow ?? Number.POSITIVE_INFINITY;
+  const promptTokens = estimatePromptTokens(messages, request, tokens, context);
   const maxTokens = completionCap(request, model, promptTokens);
   return {
     request,
@@ -133,6 +134,14 @@ export const completionLimit = (prepared: PreparedChat): number => prepared.maxT
 const completionCap = (request: ChatRequest, model: Model, promptTokens: number): number => {
   const context = model.contextWindow ?? Number.POSITIVE_INFINITY;
   const room = context - promptTokens;
+  if (room < 1) {
+    // Past the window the count stopped early (estimatePromptTokens): a lower bound, said as one.
+    throw new InvalidRequestError(
+      `This model's maximum context length is ${context} tokens, but the messages take ${room < 0 ? 'at least ' : ''}${promptTokens}.`,
+      'context_length_exceeded',
+      { param: 'messages' },
+    );
+  }
   if (request.max_tokens !== undefined) {
     if (request.max_tokens > room) {
       throw new InvalidRequestError(
@@ -142,13 +151,6 @@ const completionCap = (request: ChatRequest, model: Model, promptTokens: number)
       );
     }
     return request.max_tokens;
-  }
-  if (room < 1) {
-    throw new InvalidRequestError(
-      `This model's maximum context length is ${context} tokens, but the messages take ${promptTokens}.`,
-      'context_length_exceeded',
-      { param: 'messages' },
-    );
   }
   return Math.min(model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, room);
 };
@@ -163,31 +165,53 @@ const MESSAGE_OVERHEAD = 3;
 /** Tokens priming the assistant's reply. */
 const REPLY_PRIMING = 3;
 
-export const estimatePromptTokens = (
+/** What a prompt is made of, in the order the upstream renders it: texts to count and fixed token amounts. */
+function* promptPieces(
   messages: ChatMessage[],
   { tools, response_format: format }: Pick<ChatRequest, 'tools' | 'response_format'>,
-  tokens: TokenCounter,
-): number => {
-  let total = REPLY_PRIMING;
+): Generator<string | number> {
+  yield REPLY_PRIMING;
   for (const message of messages) {
-    total += MESSAGE_OVERHEAD;
+    yield MESSAGE_OVERHEAD;
     const content = message.content;
-    if (typeof content === 'string') total += tokens.count(content);
+    if (typeof content === 'string') yield content;
     else if (content) {
-      for (const part of content) {
-        total += part.type === 'text' ? tokens.count(part.text) : IMAGE_TOKEN_ESTIMATE;
-      }
+      for (const part of content) yield part.type === 'text' ? part.text : IMAGE_TOKEN_ESTIMATE;
     }
     if (message.role === 'assistant' && message.tool_calls) {
       for (const call of message.tool_calls) {
-        total += tokens.count(call.function.name) + tokens.count(call.function.arguments);
+        yield call.function.name;
+        yield call.function.arguments;
       }
     }
-    if ('name' in message && message.name) total += tokens.count(message.name) + 1;
+    if ('name' in message && message.name) {
+      yield message.name;
+      yield 1;
+    }
   }
   // Definitions the upstream renders into the prompt, as its own usage will count them.
-  if (tools && tools.length > 0) total += tokens.count(JSON.stringify(tools));
-  if (format?.type === 'json_schema') total += tokens.count(JSON.stringify(format.json_schema));
+  if (tools && tools.length > 0) yield JSON.stringify(tools);
+  if (format?.type === 'json_schema') yield JSON.stringify(format.json_schema);
+}
+
+/**
+ * The prompt's tokens: exact while they are at most `limit` (the context window), else some number above it.
+ * Counting stops once the limit is passed: the request is refused then anyway, and the count runs before
+ * admission, for any key, even an empty wallet's — counted to its end, a 4 MB body of unique words held its
+ * instance for 18 s.
+ */
+export const estimatePromptTokens = (
+  messages: ChatMessage[],
+  request: Pick<ChatRequest, 'tools' | 'response_format'>,
+  tokens: TokenCounter,
+  limit = Number.POSITIVE_INFINITY,
+): number => {
+  let total = 0;
+  for (const piece of promptPieces(messages, request)) {
+    if (typeof piece === 'number') total += piece;
+    else total += Number.isFinite(limit) ? tokens.countUpTo(piece, limit - total) : tokens.count(piece);
+    if (total > limit) break;
+  }
   return total;
 };
 

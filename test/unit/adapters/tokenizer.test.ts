@@ -1,16 +1,23 @@
-import { countTokens } from 'gpt-tokenizer';
+import { countTokens, DEFAULT_MERGE_CACHE_SIZE } from 'gpt-tokenizer';
 import { describe, expect, it, vi } from 'vitest';
 import { o200kTokenCounter } from '#adapters/tokenizer.ts';
 
-/** Every text the BPE itself is handed, to check no long run reaches it. */
+/** Every text the BPE itself is handed, to check no long run reaches it, and its merge cache's size then. */
 const seen: string[] = [];
+const cacheSizeWhenSeen: number[] = [];
 vi.mock('gpt-tokenizer', async (importOriginal) => {
   const original = await importOriginal<typeof import('gpt-tokenizer')>();
+  let cacheSize = original.DEFAULT_MERGE_CACHE_SIZE;
   return {
     ...original,
     countTokens: (text: string, options?: Parameters<typeof original.countTokens>[1]) => {
       seen.push(text);
+      cacheSizeWhenSeen.push(cacheSize);
       return original.countTokens(text, options);
+    },
+    setMergeCacheSize: (size: number) => {
+      cacheSize = size;
+      original.setMergeCacheSize(size);
     },
   };
 });
@@ -45,6 +52,19 @@ describe('o200kTokenCounter', () => {
     const sliced = o200kTokenCounter.count(`a ${run} b`);
     expect(sliced - countTokens('a  b')).toBeGreaterThanOrEqual(exact);
     expect(sliced - countTokens('a  b') - exact).toBeLessThanOrEqual(Math.ceil(20_000 / 256));
+  });
+
+  it('counts a long piece with the BPE merge cache off (its eviction is quadratic in V8), then turns it back on', () => {
+    const words = Array.from({ length: 6_000 }, (_, i) => `w${(i * 2654435761) % 1_000_003}x`).join(' ');
+    const short = 'The quick brown fox jumps over the lazy dog.';
+    const exact = [countTokens(words), countTokens(short)];
+    seen.length = 0;
+    cacheSizeWhenSeen.length = 0;
+    expect([o200kTokenCounter.count(words), o200kTokenCounter.count(short)]).toEqual(exact);
+    expect(seen.map((text, i) => [text.length >= 32_768, cacheSizeWhenSeen[i]])).toEqual([
+      [true, 0],
+      [false, DEFAULT_MERGE_CACHE_SIZE],
+    ]);
   });
 
   it('does not split a surrogate pair between slices', () => {

@@ -117,6 +117,70 @@ describe('the completion cap', () => {
   });
 });
 
+describe('the prompt estimate', () => {
+  /** Counts words, and records every text it is asked to count with the limit it was given. */
+  const recordingCounter = () => {
+    const asked: [string, number][] = [];
+    return {
+      asked,
+      count: (text: string) => {
+        asked.push([text, Number.POSITIVE_INFINITY]);
+        return wordCounter.count(text);
+      },
+      countUpTo: (text: string, limit: number) => {
+        asked.push([text, limit]);
+        return wordCounter.count(text);
+      },
+    };
+  };
+  const hundredWords = (i: number) => `m${i} ${'word '.repeat(99)}`.trim();
+
+  it('stops counting once the messages are past the context window, and says the count is a lower bound', () => {
+    const counter = recordingCounter();
+    const messages = Array.from({ length: 10 }, (_, i) => ({
+      role: 'user' as const,
+      content: hundredWords(i),
+    }));
+    const error = (() => {
+      try {
+        prepareChat(request({ messages }), chatModel({ contextWindow: 250 }), counter);
+      } catch (e) {
+        return e;
+      }
+    })();
+    // Priming 3, then 3 + 100 per message: past 250 in the third message; the other seven are never read.
+    expect(counter.asked.map(([text, limit]) => [text.slice(0, 3), limit])).toEqual([
+      ['m0 ', 244],
+      ['m1 ', 141],
+      ['m2 ', 38],
+    ]);
+    expect(error).toMatchObject({ status: 400, code: 'context_length_exceeded', param: 'messages' });
+    expect((error as Error).message).toBe(
+      "This model's maximum context length is 250 tokens, but the messages take at least 312.",
+    );
+  });
+
+  it('counts every text exactly, tools and schema included, while they fit', () => {
+    const counter = recordingCounter();
+    const tools = [
+      { type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object' } } },
+    ];
+    const prepared = prepareChat(
+      request({ messages: [{ role: 'user', content: hundredWords(0) }], tools, max_tokens: 10 }),
+      chatModel({ contextWindow: 1_000 }),
+      counter,
+    );
+    expect(prepared.promptTokens).toBe(3 + 3 + 100 + wordCounter.count(JSON.stringify(tools)));
+    expect(counter.asked.map(([, limit]) => limit)).toEqual([994, 894]);
+  });
+
+  it('counts without a bound for a model without a context window', () => {
+    const counter = recordingCounter();
+    prepareChat(request(), chatModel({ contextWindow: undefined }), counter);
+    expect(counter.asked).toEqual([['hello there', Number.POSITIVE_INFINITY]]);
+  });
+});
+
 describe('the upstream body', () => {
   it('carries the deployment model, the default temperature and the cap', () => {
     const prepared = prepareChat(request(), chatModel(), wordCounter);
