@@ -168,6 +168,10 @@ export async function handleApiRequest(
       return sendJson(ex, dialect.unauthorized.status, dialect.unauthorized.body);
     case 'drop_before':
       return ex.drop();
+    case 'error_mid':
+      // An error event needs an event stream; anything else fails as a whole.
+      if (!call.stream) return sendJson(ex, dialect.serverError.status, dialect.serverError.body);
+      return call.respond(ex, plan);
     default:
       // null and drop_mid: the endpoint writes the response, truncating it for drop_mid.
       return call.respond(ex, plan);

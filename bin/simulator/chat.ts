@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { ApiCall, ApiEndpoint, ApiRejection } from '#sim/api.ts';
-import { INVALID_JSON_ERROR, invalidRequestError } from '#sim/errors.ts';
+import { INVALID_JSON_ERROR, invalidRequestError, SERVER_ERROR } from '#sim/errors.ts';
 import {
   DIRECTIVE_MARKER,
   type FaultPlan,
@@ -17,7 +17,7 @@ import {
 } from '#sim/faults.ts';
 import { type Exchange, parseJson, sendJson, sendTruncatedJson } from '#sim/http.ts';
 import { cachedTokensFor, PromptCache } from '#sim/prompt-cache.ts';
-import { sendEventStream } from '#sim/sse.ts';
+import { sendEventStream, sseEvent } from '#sim/sse.ts';
 import { fnv1a, generateWords, mulberry32, naturalWordCount } from '#sim/text.ts';
 import { countPromptTokens, countTextTokens } from '#sim/tokens.ts';
 
@@ -338,7 +338,8 @@ function sendStream(
 
   return sendEventStream(ex, payloads, {
     chunkDelayMs: plan.chunkDelayMs,
-    dropAfterChunks: plan.error === 'drop_mid' ? plan.dropAfterChunks : null,
+    dropAfterChunks: plan.error === 'drop_mid' || plan.error === 'error_mid' ? plan.dropAfterChunks : null,
+    errorEvent: plan.error === 'error_mid' ? sseEvent(JSON.stringify(SERVER_ERROR)) : null,
   });
 }
 

@@ -25,7 +25,13 @@
  */
 
 /** The error behaviours a fault can trigger. */
-export type FaultError = 'overloaded' | 'server_error' | 'unauthorized' | 'drop_before' | 'drop_mid';
+export type FaultError =
+  | 'overloaded'
+  | 'server_error'
+  | 'unauthorized'
+  | 'drop_before'
+  | 'drop_mid'
+  | 'error_mid';
 
 /** Every valid {@link FaultError}, in documentation order. */
 export const FAULT_ERRORS: readonly FaultError[] = Object.freeze([
@@ -34,11 +40,13 @@ export const FAULT_ERRORS: readonly FaultError[] = Object.freeze([
   'unauthorized',
   'drop_before',
   'drop_mid',
+  'error_mid',
 ]);
 
 /**
  * Number of chunks (SSE data events, or 8 KiB pieces of a speech body) sent before a streamed `drop_mid`
- * destroys the socket, unless overridden.
+ * destroys the socket, or an `error_mid` sends its error event and closes the stream cleanly, unless overridden.
+ * (`error_mid` acts on event streams; any other response gets the `server_error` answer instead.)
  */
 export const DEFAULT_DROP_AFTER_CHUNKS = 2;
 
@@ -52,7 +60,7 @@ export interface FaultSpec {
   chunkDelayMs?: number;
   /** Error behaviour to trigger instead of (or part-way through) a normal response. */
   error?: FaultError;
-  /** For `drop_mid` on streams: chunks (SSE data events, speech body pieces) to send before dropping. */
+  /** For `drop_mid` and `error_mid` on streams: chunks (SSE events, speech body pieces) to send first. */
   dropAfterChunks?: number;
   /** Leave the usage out of successful responses (see {@link FaultPlan.omitUsage}). */
   omitUsage?: boolean;

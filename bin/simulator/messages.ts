@@ -292,7 +292,9 @@ function sendStream(ex: Exchange, model: string, reply: Reply, plan: FaultPlan):
     events,
     {
       chunkDelayMs: plan.chunkDelayMs,
-      dropAfterChunks: plan.error === 'drop_mid' ? plan.dropAfterChunks : null,
+      dropAfterChunks: plan.error === 'drop_mid' || plan.error === 'error_mid' ? plan.dropAfterChunks : null,
+      // Anthropic's mid-stream failure: an `error` event (overloaded, most often), then the end.
+      errorEvent: plan.error === 'error_mid' ? messagesEvent({ ...ANTHROPIC_OVERLOADED_ERROR }) : null,
     },
     (event) => event,
     '',

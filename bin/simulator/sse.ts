@@ -24,6 +24,11 @@ export interface StreamPacing {
   chunkDelayMs: number;
   /** When set, send only this many data events and then drop the connection without `[DONE]`. */
   dropAfterChunks: number | null;
+  /**
+   * With `dropAfterChunks`: instead of dropping, send this (an error event, framed) and end the response cleanly,
+   * as an upstream reporting a failure mid-stream does.
+   */
+  errorEvent?: string | null;
 }
 
 /**
@@ -58,7 +63,9 @@ export async function sendFramedEvents(
     // Hot path for benchmarks: one write, no timers, so the simulator is never the bottleneck.
     let body = '';
     for (let i = 0; i < count; i++) body += frame(events[i] as string);
-    if (dropping) {
+    if (dropping && pacing.errorEvent) {
+      res.end(body + pacing.errorEvent);
+    } else if (dropping) {
       if (body !== '') res.write(body);
       else res.flushHeaders();
       ex.drop();
@@ -72,6 +79,11 @@ export async function sendFramedEvents(
   for (let i = 0; i < count; i++) {
     if (i > 0 && !(await ex.sleep(pacing.chunkDelayMs))) return;
     res.write(frame(events[i] as string));
+  }
+  if (dropping && pacing.errorEvent) {
+    if (count > 0 && !(await ex.sleep(pacing.chunkDelayMs))) return;
+    res.end(pacing.errorEvent);
+    return;
   }
   if (dropping) {
     ex.drop();

@@ -1,6 +1,6 @@
 import type { SettlementPlan } from './accounting.ts';
 import { ApiError, DeadlineError, ServiceUnavailableError, type UnavailableReason } from './errors.ts';
-import type { Attempt, FailureKind } from './fallback.ts';
+import { type Attempt, type FailureKind, UpstreamFailure } from './fallback.ts';
 import { isCharged, tokensOf, type Usage } from './usage.ts';
 import { aggregatesFor, endedAt, faultFor } from './usage-aggregates.ts';
 
@@ -124,8 +124,19 @@ export const classifyError = (error: unknown): { outcome: Outcome; status: numbe
   return {
     outcome,
     status: error.status,
-    fault: { kind, status: error.status, detail: boundedDetail(error.message) },
+    fault: { kind, status: error.status, detail: detailOf(error) },
   };
+};
+
+/**
+ * A refusal relayed from the upstream carries the upstream's text, which can echo what the caller sent (a
+ * validation error quoting the input): the record names the refusal instead — its status, code and field.
+ */
+const detailOf = (error: ApiError): string => {
+  const cause = error.cause;
+  if (cause instanceof UpstreamFailure && cause.upstreamError)
+    return `${cause.message}, relayed to the client${error.param ? ` (param ${error.param})` : ''}`;
+  return boundedDetail(error.message);
 };
 
 const outcomeForStatus = (error: ApiError): Outcome => {

@@ -330,43 +330,50 @@ describe('faults of the anthropic deployment', () => {
     expect(t.simulator.calls('sim-c').filter((c) => c.key === 'sim-a-key-2')).toHaveLength(served);
   });
 
-  it('ends a stream that breaks after the first byte with an explicit error event', async () => {
-    // message_start, content_block_start, ping, one delta: two chunks reach the client, then the drop.
-    t.simulator.setFaults('sim-c', { error: 'drop_mid', dropAfterChunks: 4 });
-    const res = await t.post('/chat/completions', { model: MODEL, messages, stream: true });
-    expect(res.status).toBe(200);
-    const events = sseEvents(await res.text());
-    expect(events).not.toContain('[DONE]');
-    expect(events).toHaveLength(3);
-    expect(JSON.parse(events.at(-1) as string)).toMatchObject({
-      error: { type: 'server_error', code: 'stream_interrupted' },
-    });
-    expect(t.simulator.calls('sim-a')).toHaveLength(0);
-  });
+  it.each(['drop_mid', 'error_mid'] as const)(
+    'ends a stream that breaks (%s) after the first byte with an explicit error event',
+    async (error) => {
+      // message_start, content_block_start, ping, one delta: two chunks reach the client, then the drop (or an
+      // error event).
+      t.simulator.setFaults('sim-c', { error, dropAfterChunks: 4 });
+      const res = await t.post('/chat/completions', { model: MODEL, messages, stream: true });
+      expect(res.status).toBe(200);
+      const events = sseEvents(await res.text());
+      expect(events).not.toContain('[DONE]');
+      expect(events).toHaveLength(3);
+      expect(JSON.parse(events.at(-1) as string)).toMatchObject({
+        error: { type: 'server_error', code: 'stream_interrupted' },
+      });
+      expect(t.simulator.calls('sim-a')).toHaveLength(0);
+    },
+  );
 
-  it('ends a stream dropped after its message_delta as whole, and bills it: the client has the entire reply', async () => {
-    const model = await publishedModel(MODEL);
-    const { id, key } = await fundedAccount(t);
-    // message_start, content_block_start, ping, three deltas, content_block_stop, message_delta: then the drop,
-    // before message_stop.
-    t.simulator.setFaults('sim-c', { error: 'drop_mid', dropAfterChunks: 8 });
-    const sent = [{ role: 'user' as const, content: 'Three words. [[sim: completion_tokens=3]]' }];
-    const res = await t.post(
-      '/chat/completions',
-      { model: MODEL, messages: sent, stream: true, stream_options: { include_usage: true } },
-      { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    );
-    expect(res.status).toBe(200);
-    const events = sseEvents(await res.text());
-    expect(events.at(-1)).toBe('[DONE]');
-    const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as Json);
-    expect(chunks.some((c) => (c.choices as Json[])[0]?.finish_reason === 'stop')).toBe(true);
-    const prompt = countMessagesPromptTokens(upstreamBody());
-    expect(chunks.at(-1)?.usage).toMatchObject({ prompt_tokens: prompt, completion_tokens: 3 });
-    expect(t.simulator.calls('sim-c').map((c) => c.fault)).toEqual(['drop_mid']);
-    const wallet = await settledWallet(t, id);
-    expect(debitOf(wallet, res.headers.get('x-request-id') as string)).toBe(
-      costOf(model, reportedUsage(prompt, 3)),
-    );
-  });
+  it.each(['drop_mid', 'error_mid'] as const)(
+    'ends a stream cut by %s after its message_delta as whole, and bills it: the client has the entire reply',
+    async (error) => {
+      const model = await publishedModel(MODEL);
+      const { id, key } = await fundedAccount(t);
+      // message_start, content_block_start, ping, three deltas, content_block_stop, message_delta: then the drop (or
+      // an error event), before message_stop.
+      t.simulator.setFaults('sim-c', { error, dropAfterChunks: 8 });
+      const sent = [{ role: 'user' as const, content: 'Three words. [[sim: completion_tokens=3]]' }];
+      const res = await t.post(
+        '/chat/completions',
+        { model: MODEL, messages: sent, stream: true, stream_options: { include_usage: true } },
+        { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      );
+      expect(res.status).toBe(200);
+      const events = sseEvents(await res.text());
+      expect(events.at(-1)).toBe('[DONE]');
+      const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as Json);
+      expect(chunks.some((c) => (c.choices as Json[])[0]?.finish_reason === 'stop')).toBe(true);
+      const prompt = countMessagesPromptTokens(upstreamBody());
+      expect(chunks.at(-1)?.usage).toMatchObject({ prompt_tokens: prompt, completion_tokens: 3 });
+      expect(t.simulator.calls('sim-c').map((c) => c.fault)).toEqual([error]);
+      const wallet = await settledWallet(t, id);
+      expect(debitOf(wallet, res.headers.get('x-request-id') as string)).toBe(
+        costOf(model, reportedUsage(prompt, 3)),
+      );
+    },
+  );
 });

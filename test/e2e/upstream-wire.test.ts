@@ -13,6 +13,7 @@ import { drainSettlements, startTestStack, type TestStack, takeSettlements } fro
  */
 
 const HIDDEN = 'hidden-upstream-model';
+const UPSTREAM_KEY = '3f2a9c1e-7b4d-4e8a-9f01-2c3d4e5f6a7b';
 const MODEL = 'famA-v4.1-flash';
 
 let t: TestStack;
@@ -153,6 +154,17 @@ const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
     for (const chunk of chunks()) res.write(`data:  ${JSON.stringify(chunk)} \n\n`);
     res.end('data: [DONE]\n\n');
   },
+  // The whole reply, usage included, then an error event (and no [DONE]).
+  'error-after-whole': (res) => {
+    for (const chunk of chunks()) res.write(line(chunk));
+    res.end(line({ error: { message: 'internal error', type: 'server_error', param: null, code: null } }));
+  },
+  // Every choice finished (no usage yet), then an event that is not JSON.
+  'finish-then-garbage': (res) => {
+    const [role, hello, there, stop] = chunks() as object[];
+    for (const chunk of [role, hello, there, stop] as object[]) res.write(line(chunk));
+    res.end('data: {"not json\n\n');
+  },
   // The usage chunk twice.
   'two-usage': (res) => {
     const all = chunks();
@@ -169,6 +181,15 @@ beforeAll(async () => {
     });
     req.on('end', () => {
       const body = JSON.parse(raw) as { messages: { content: string }[]; stream?: boolean };
+      if (body.messages.some((msg) => msg.content.includes('mode=echo-key'))) {
+        // A verbose provider quoting the key it was sent, in a format no rule recognises (a UUID).
+        const key = (req.headers.authorization ?? '').replace(/^Bearer /, '');
+        res.writeHead(400, { 'content-type': 'application/json' });
+        const message = `Invalid value for 'messages' with key=${key} (first 8: ${key.slice(0, 8)}…)`;
+        return void res.end(
+          JSON.stringify({ error: { message, type: 'invalid_request_error', code: 'invalid_value' } }),
+        );
+      }
       if (body.messages.some((msg) => msg.content.includes('mode=huge-usage'))) {
         // A provider reporting far more completion than the cap it was sent allows (16 here).
         const usage = { prompt_tokens: 7, completion_tokens: 5_000_000, total_tokens: 5_000_007 };
@@ -244,7 +265,11 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
   const { port } = upstream.address() as AddressInfo;
-  t = await startTestStack({ upstreamBaseUrl: `http://127.0.0.1:${port}/v1`, upstreamModel: HIDDEN });
+  t = await startTestStack({
+    upstreamBaseUrl: `http://127.0.0.1:${port}/v1`,
+    upstreamModel: HIDDEN,
+    upstreamApiKey: UPSTREAM_KEY,
+  });
 }, 120_000);
 
 afterAll(async () => {
@@ -353,6 +378,21 @@ describe('an upstream that breaks the protocol around a reply', () => {
     expect(record?.cost).toBeGreaterThan(0);
   });
 
+  it.each(['error-after-whole', 'finish-then-garbage'])(
+    '(%s): a fault after the whole reply takes nothing from it: [DONE], billed',
+    async (mode) => {
+      const { text } = await stream(mode);
+      const events = sseEvents(text);
+      expect(events.at(-1)).toBe('[DONE]');
+      expect(text).not.toContain('stream_interrupted');
+      expect(text).not.toContain('not json');
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ outcome: 'success' });
+      expect(record?.usage).toMatchObject({ completionTokens: 2 });
+      expect(record?.cost).toBeGreaterThan(0);
+    },
+  );
+
   it.each(['early-done', 'not-json'])(
     '(%s): the stream ends with the error event, every line a chunk the SDKs parse, uncharged',
     async (mode) => {
@@ -450,4 +490,22 @@ describe('usage above what the call allowed', () => {
       expect(record?.cost).toBeLessThanOrEqual(record?.admission?.hold?.amount ?? 0);
     },
   );
+});
+
+describe('an upstream refusal quoting our key', () => {
+  it('reaches the client as a 400 with the key, and every piece of it, masked', async () => {
+    await drainSettlements(t.stack);
+    const res = await t.post('/chat/completions', {
+      model: MODEL,
+      messages: [{ role: 'user', content: 'mode=echo-key' }],
+    });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: { message: string; code: string } };
+    expect(body.error.code).toBe('invalid_value');
+    expect(body.error.message).toMatch(/^Invalid value for 'messages' with \[redacted\]/);
+    for (let i = 0; i + 8 <= UPSTREAM_KEY.length; i++)
+      expect(body.error.message).not.toContain(UPSTREAM_KEY.slice(i, i + 8));
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(JSON.stringify(record)).not.toContain(UPSTREAM_KEY.slice(0, 8));
+  });
 });

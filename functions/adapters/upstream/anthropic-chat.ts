@@ -114,9 +114,10 @@ class TranslatedStream implements ChatStream {
           'upstream stream ended without message_stop',
           this.#translator.replied,
         );
-        // Cut after the reply was whole (as the OpenAI-compatible relay treats a drop after every choice finished):
-        // ended as `message_stop` would have ended it, and billed on the counts `message_delta` gave.
-        yield* data === null ? this.#translator.stop() : this.#translator.translate(data);
+        // Cut after the reply was whole (as the OpenAI-compatible relay treats a drop after every choice finished),
+        // or an error event or garbage there: ended as `message_stop` would have ended it, and billed on the counts
+        // `message_delta` gave.
+        yield* data === null ? this.#translator.stop() : this.#translatedOrStopped(data);
       }
       this.#upstream.finish();
     } finally {
@@ -126,5 +127,14 @@ class TranslatedStream implements ChatStream {
 
   close(): void {
     this.#upstream.close();
+  }
+
+  #translatedOrStopped(data: string): ChatStreamEvent[] {
+    try {
+      return this.#translator.translate(data);
+    } catch (error) {
+      if (!this.#translator.replied) throw error;
+      return this.#translator.stop();
+    }
   }
 }

@@ -22,6 +22,8 @@ export interface UpstreamResponse {
   readonly statusCode: number;
   readonly headers: IncomingHttpHeaders;
   readonly body: UpstreamBody;
+  /** On an error response: the key the request presented, which its error body may quote (see clientSafe). */
+  readonly credential?: string | null;
 }
 
 /**
@@ -177,14 +179,15 @@ const NAME = /^[\w.[\]-]{1,64}$/;
  * verbose or misconfigured one can put in it what must not leave us: the key it was sent, an internal address, a
  * file path. Those are masked and the text is cut short.
  */
-export const clientSafe = (message: string): string => {
+export const clientSafe = (message: string, credential: string | null = null): string => {
   // Cut first (every rule below is linear, but a 64 KiB message need not be read whole), then again after.
   // A key cut in two by the slice would match no rule: a run cut at the end is dropped.
   const cut =
     message.length <= 4 * MAX_RELAYED_MESSAGE
       ? message
       : message.slice(0, 4 * MAX_RELAYED_MESSAGE).replace(/[^\s"',;]+$/, '');
-  const masked = cut
+  // The key we sent, in whatever format, first: the patterns below only guess at what a key looks like.
+  const masked = withoutCredential(cut, credential)
     .replace(/\b(Bearer|Basic)\s+[^\s"',;]+/gi, '$1 [redacted]')
     // Providers' key formats (OpenAI, Anthropic, Groq, xAI, Hugging Face, Google, NVIDIA, …) …
     .replace(/\b(?:sk|gsk|xai|hf|nvapi|pk|rk|sess)[-_][\w-]{16,}|\bAIza[\w-]{30,}/g, '[redacted]')
@@ -194,14 +197,35 @@ export const clientSafe = (message: string): string => {
     .replace(/\b(api[-_]?key|token|secret|password)(["']?\s*[=:]\s*["']?)[^\s"',;]{8,}/gi, '$1$2[redacted]')
     .replace(/\b[a-z][\w+.-]{0,15}:\/\/[^\s"'<>]+/gi, '[url]')
     .replace(/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, '[address]')
-    // host:port, its labels starting with letters (not a field path such as `messages.0.content:12`).
+    // host:port, its labels starting with letters (not a field path such as `messages.0.content:12`) …
     .replace(/\b[a-z][\w-]{0,62}(?:\.[a-z][\w-]{0,62}){1,8}:\d{2,5}\b/gi, '[address]')
+    // … and a bare host name in a private or cloud-internal domain.
+    .replace(INTERNAL_HOST, '[address]')
     // File paths: from a root, three segments or more (not a JSON pointer's `#/properties/x`).
     .replace(/(?<![\w#/.])(?:\/[\w.@$-]+){3,}/g, (path) => (SCHEMA_POINTER.test(path) ? path : '[path]'));
   return masked.length <= MAX_RELAYED_MESSAGE ? masked : `${masked.slice(0, MAX_RELAYED_MESSAGE)}…`;
 };
 
 const MAX_RELAYED_MESSAGE = 500;
+
+const INTERNAL_HOST =
+  /\b[a-z0-9][\w-]{0,62}(?:\.[a-z0-9][\w-]{0,62}){0,8}\.(?:local|localdomain|internal|intranet|intra|lan|corp|home|svc|amazonaws\.com)\b/gi;
+
+/** Shortest piece of our key that counts as quoting it (providers show a key's first and last few characters). */
+const CREDENTIAL_PIECE = 8;
+
+/** Every run of `text` that shares CREDENTIAL_PIECE characters in a row with the key, masked. */
+const withoutCredential = (text: string, credential: string | null): string => {
+  if (credential === null || credential.length < CREDENTIAL_PIECE) return text;
+  const pieces = new Set<string>();
+  for (let i = 0; i + CREDENTIAL_PIECE <= credential.length; i++)
+    pieces.add(credential.slice(i, i + CREDENTIAL_PIECE));
+  return text.replace(/[^\s"',;()[\]{}<>]{8,}/g, (run) => {
+    for (let i = 0; i + CREDENTIAL_PIECE <= run.length; i++)
+      if (pieces.has(run.slice(i, i + CREDENTIAL_PIECE))) return '[redacted]';
+    return run;
+  });
+};
 
 /** A JSON pointer into a schema, which tells the client which field to fix. */
 const SCHEMA_POINTER =
@@ -255,7 +279,7 @@ export const readErrorBody = async (response: UpstreamResponse): Promise<Upstrea
     if (!error || typeof error.message !== 'string') return null;
     const name = (v: unknown) => (typeof v === 'string' && NAME.test(v) ? v : null);
     return {
-      message: clientSafe(error.message),
+      message: clientSafe(error.message, response.credential ?? null),
       type: name(error.type),
       code: name(error.code),
       param: name(error.param),

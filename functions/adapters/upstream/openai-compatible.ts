@@ -143,9 +143,19 @@ class RelayedStream implements ChatStream {
             throw new UpstreamFailure('protocol', 'upstream sent [DONE] before every choice finished');
           return this.#upstream.finish();
         }
-        if (isErrorEvent(data))
+        // After a whole reply an error event, or an event that is no chunk, takes nothing from it, as a drop there
+        // does not: the reply ends as it is ([DONE], billed), and the connection is closed, not read on.
+        if (isErrorEvent(data)) {
+          if (this.#complete()) return;
           throw new UpstreamFailure('server_error', 'upstream sent an error mid-stream');
-        const event = this.#event(data);
+        }
+        let event: ChatStreamEvent | null;
+        try {
+          event = this.#event(data);
+        } catch (error) {
+          if (this.#complete()) return;
+          throw error;
+        }
         if (event) yield* this.#opened(event);
       }
     } finally {

@@ -73,7 +73,14 @@ export class OpenAiHttp {
       : this.#http.postWhole(options, request.wholeBodyLimitBytes));
     if (response.statusCode === 401 || response.statusCode === 403)
       this.#keys.refused(target.deployment, target.keyIndex);
-    return response;
+    if (response.statusCode === 200 || key === null) return response;
+    // Some providers quote the key they were sent in their error text, which a 400 passes on to our client.
+    return {
+      statusCode: response.statusCode,
+      headers: response.headers,
+      body: response.body,
+      credential: key,
+    };
   }
 
   /** How long a whole (non-stream) reply may take to start, for this deployment. */

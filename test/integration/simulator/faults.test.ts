@@ -229,6 +229,19 @@ describe('inline [[sim: ...]] directives', () => {
     expect(isSocketError(error)).toBe(true);
   });
 
+  test('error_mid: the chunks, then an error event, and a clean end without [DONE]; a whole reply gets a 500', async () => {
+    const response = await postChat(
+      sim().url,
+      streamBody('Hello [[sim: fault=error_mid drop_after_chunks=2]]'),
+    );
+    expect(response.status).toBe(200);
+    const { data, error } = await readSse(response);
+    expect(error).toBeNull();
+    expect(data).toHaveLength(3);
+    expect(JSON.parse(data.at(-1) as string)).toMatchObject({ error: { type: 'server_error' } });
+    expect((await postChat(sim().url, userChat('Hello [[sim: fault=error_mid]]'))).status).toBe(500);
+  });
+
   test('a directive in a text content part injects an error', async () => {
     const body = {
       model: 'gpt-4o',

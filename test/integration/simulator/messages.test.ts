@@ -313,6 +313,22 @@ describe('fault injection, shared with chat', () => {
     expect(isSocketError(error)).toBe(true);
   });
 
+  test('error_mid on a stream sends dropAfterChunks events, then an error event, and ends cleanly', async () => {
+    sim().setFaults('sim-c', { error: 'error_mid', dropAfterChunks: 2 });
+    const { events, error } = await streamed(body(), { provider: 'sim-c' });
+    expect(error).toBeNull();
+    expect(events.map((e) => e.event)).toEqual(['message_start', 'content_block_start', 'error']);
+    expect(events.at(-1)?.data).toEqual({
+      type: 'error',
+      error: { type: 'overloaded_error', message: 'Overloaded' },
+    });
+  });
+
+  test('error_mid on a whole reply is the server error', async () => {
+    sim().setFaults('sim-c', { error: 'error_mid' });
+    expect((await postMessages(body(), { provider: 'sim-c' })).status).toBe(500);
+  });
+
   test('drop_mid on a whole reply sends 200 and part of the body before failing', async () => {
     sim().setFaults('sim-c', { error: 'drop_mid' });
     const response = await postMessages(body(), { provider: 'sim-c' });

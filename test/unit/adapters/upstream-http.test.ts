@@ -194,6 +194,37 @@ describe('statusFailure: what an upstream error tells routing and the client', (
     expect(clientSafe('secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY')).toBe('secret [redacted]');
   });
 
+  it('masks the key the request presented, whatever its format, and any piece of it the upstream quoted', () => {
+    const key = '3f2a9c1e-7b4d-4e8a-9f01-2c3d4e5f6a7b';
+    // A UUID matches none of the format rules: only knowing the key finds it.
+    expect(clientSafe(`Invalid request for key=${key}`)).toContain(key);
+    expect(clientSafe(`Invalid request for key=${key} (tier free)`, key)).toBe(
+      'Invalid request for [redacted] (tier free)',
+    );
+    expect(clientSafe('Incorrect API key provided: 3f2a9c1e***********6a7b.', key)).toBe(
+      'Incorrect API key provided: [redacted]',
+    );
+    // Short keys (a local simulator's) mask nothing: eight characters in a row are needed to tell a quote.
+    expect(clientSafe('the field simulator is unknown', 'sim')).toBe('the field simulator is unknown');
+  });
+
+  it('masks bare host names in private and cloud-internal domains', () => {
+    expect(clientSafe('upstream internal-lb.prod.svc.cluster.local refused')).toBe(
+      'upstream [address] refused',
+    );
+    expect(clientSafe('db at ip-10-0-0-1.ec2.internal is down')).toBe('db at [address] is down');
+    expect(clientSafe('see my-db.abc123.us-east-1.rds.amazonaws.com')).toBe('see [address]');
+  });
+
+  it('passes on an error body with the key of the request masked', async () => {
+    const key = 'b6f1c0de-0000-4aaa-8bbb-123456789abc';
+    const failure = await statusFailure({
+      ...response(400, { error: { message: `bad input for key ${key}`, code: 'invalid_value' } }),
+      credential: key,
+    });
+    expect(failure.upstreamError?.message).toBe('bad input for key [redacted]');
+  });
+
   it('lets no part of a key through where a long message is cut', () => {
     const key = '0123456789abcdef0123456789abcdef';
     // URLs shrink to `[url]` when masked, so the text around the 2,000th character reaches the client.
