@@ -31,8 +31,9 @@ export const chatEventStream = (
 /**
  * What a stream is billed on: the upstream's usage report once it comes (held to the call's completion limit, as a
  * report above it is billed and shown at the limit), else our count of the output relayed (no report, a client
- * gone, the call's deadline). That output is kept until a report makes it moot, and counted only when needed: a
- * stream with its report never pays for it. Each piece is a token at least (a delta is the smallest thing a model
+ * gone, the call's deadline). Output relayed after the last report is beyond it (an upstream that reports early,
+ * or a running total that stopped) and is added to it by our count. The output since the last report is kept
+ * for that, let go at each report, and counted only when needed: a stream whose report comes last never pays for it. Each piece is a token at least (a delta is the smallest thing a model
  * emits); the text as a whole counts with the tokenizer, so a chunk of many words, or the reasoning a model shows,
  * counts as what it is — never past the limit, which the count need not go beyond.
  */
@@ -67,9 +68,8 @@ class StreamTally {
     return this.#reported;
   }
 
-  /** Keeps a relayed event's output for a count, while no report has come. */
+  /** Keeps a relayed event's output for a count. */
   add(event: ChatStreamEvent): void {
-    if (this.#reported !== null) return;
     for (const piece of event.output) {
       if (piece === '') continue;
       this.#text.push(piece);
@@ -92,9 +92,23 @@ class StreamTally {
     );
   }
 
-  /** The report if one came, else our count. */
+  /** Whether output was relayed after the last report, which that report does not cover. */
+  get pastReport(): boolean {
+    return this.#reported !== null && this.#pieces > 0;
+  }
+
+  /** The report if one came (with our count of the output relayed after it), else our count. */
   billed(): Usage {
-    return this.#reported ?? this.estimate();
+    if (this.#reported === null) return this.estimate();
+    if (this.#pieces === 0) return this.#reported;
+    return withinCompletionLimit(
+      {
+        ...this.#reported,
+        completionTokens: this.#reported.completionTokens + this.#outputTokens(),
+        source: 'estimated',
+      },
+      this.#limit,
+    );
   }
 
   #outputTokens(): number {
@@ -157,9 +171,10 @@ async function* relay(
       }
     }
     finished = true;
-    if (tally.reported === null) {
-      // The upstream sent no usage chunk: bill our count, and show it to a client that asked for usage.
-      const counted = tally.estimate();
+    if (tally.reported === null || tally.pastReport) {
+      // No usage chunk, or output after the last report: bill our count (added to the report), and show it to a
+      // client that asked for usage — the last usage it saw is not what the stream is billed on.
+      const counted = tally.billed();
       call.succeeded(counted);
       if (prepared.clientWantsUsage)
         yield frame(usageChunk(lastData, call.requestId, prepared.request.model, counted));

@@ -165,6 +165,13 @@ const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
     for (const chunk of [role, hello, there, stop] as object[]) res.write(line(chunk));
     res.end('data: {"not json\n\n');
   },
+  // A usage report on the first chunk (nothing generated yet), none after the text: no usage-only chunk.
+  'early-usage': (res) => {
+    const [role, hello, there, stop] = chunks() as Record<string, unknown>[];
+    const early = { ...role, usage: { prompt_tokens: 7, completion_tokens: 0, total_tokens: 7 } };
+    for (const chunk of [early, hello, there, stop] as object[]) res.write(line(chunk));
+    res.end('data: [DONE]\n\n');
+  },
   // The usage chunk twice.
   'two-usage': (res) => {
     const all = chunks();
@@ -436,6 +443,20 @@ describe('an upstream that breaks the protocol around a reply', () => {
     await res.text();
     const [record] = await takeSettlements(t.stack, 1);
     expect(record).toMatchObject({ cost: 0 });
+  });
+
+  it('output after an early usage report is billed by our count on top of it, and the client is shown that', async () => {
+    const { text } = await stream('early-usage');
+    const events = sseEvents(text);
+    expect(events.at(-1)).toBe('[DONE]');
+    const last = JSON.parse(events.at(-2) as string) as { choices: unknown[]; usage: Record<string, number> };
+    expect(last.choices).toEqual([]);
+    expect(last.usage).toMatchObject({ prompt_tokens: 7, completion_tokens: 2 });
+    const [record] = await takeSettlements(t.stack, 1);
+    expect(record).toMatchObject({
+      outcome: 'success',
+      usage: { promptTokens: 7, completionTokens: 2, source: 'estimated' },
+    });
   });
 
   it('a usage chunk sent twice reaches the client once, and is billed once', async () => {
