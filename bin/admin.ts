@@ -27,9 +27,9 @@ import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynam
 import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { settlementRecordsOf } from '#adapters/settlement-codec.ts';
-import { MAX_BALANCE_NANO } from '#core/accounting.ts';
+import { MAX_BALANCE_NANO, MIN_TOP_UP_NANO } from '#core/accounting.ts';
 import { type Dimension, quotaProblem } from '#core/limits.ts';
-import { NANO_PER_USD, nanoToUsd, parseUsd, usdToNano } from '#core/pricing.ts';
+import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { planSettlement, type SettlementRecord } from '#core/settlement.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
@@ -48,9 +48,6 @@ const USAGE = `usage: npm run admin -- <command>
   wallet show ACCOUNT_ID
   settlements replay FILE
 ${REGISTRY_USAGE}`;
-
-/** Spec §1: the minimum wallet top-up. */
-const MIN_TOP_UP_USD = 1;
 
 interface Target {
   readonly client: DynamoDBClientConfig;
@@ -203,8 +200,8 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         const amount = parseUsd(given);
         if (amount === null)
           throw new UsageError(`USD must be an amount such as 25 or 12.50, got "${given}"`);
-        if (amount < usdToNano(MIN_TOP_UP_USD))
-          throw new UsageError(`top-ups are at least ${MIN_TOP_UP_USD} USD`);
+        if (amount < MIN_TOP_UP_NANO)
+          throw new UsageError(`top-ups are at least ${nanoToUsd(MIN_TOP_UP_NANO)} USD`);
         if (amount > MAX_BALANCE_NANO)
           throw new UsageError(
             `a top-up is at most ${nanoToUsd(MAX_BALANCE_NANO)} USD, the most a wallet holds`,

@@ -147,15 +147,32 @@ export class BalanceCeilingError extends Error {
   }
 }
 
+/** Spec §1: the smallest wallet top-up, 1 USD. */
+export const MIN_TOP_UP_NANO = NANO_PER_USD;
+
+/** A top-up below MIN_TOP_UP_NANO, or not a whole number of nano-dollars. */
+export class TopUpAmountError extends Error {
+  constructor(amount: number) {
+    super(
+      Number.isSafeInteger(amount)
+        ? `top-ups are at least ${nanoToUsd(MIN_TOP_UP_NANO)} USD, got ${nanoToUsd(amount)} USD`
+        : `a top-up is a whole number of nano-dollars, got ${amount}`,
+    );
+    this.name = 'TopUpAmountError';
+  }
+}
+
 /**
- * How much of a top-up goes to what the account owes, and how much to its balance. Throws BalanceCeilingError
- * when the credit would take the balance past MAX_BALANCE_NANO.
+ * How much of a top-up goes to what the account owes, and how much to its balance. Throws TopUpAmountError for an
+ * amount under the spec's minimum — whichever tool credits it, the wallet enforces the rule, not only the CLI —
+ * and BalanceCeilingError when the credit would take the balance past MAX_BALANCE_NANO.
  */
 export const applyTopUp = (
   amount: number,
   owed: number,
   balance: number,
 ): { collected: number; credited: number } => {
+  if (!Number.isSafeInteger(amount) || amount < MIN_TOP_UP_NANO) throw new TopUpAmountError(amount);
   const collected = Math.min(owed, amount);
   const credited = amount - collected;
   if (balance + credited > MAX_BALANCE_NANO) throw new BalanceCeilingError(balance);

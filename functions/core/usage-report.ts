@@ -120,7 +120,9 @@ export const funnelLabel = (group: string, status: number): string => {
   if (group === 'incident') return 'no eligible model (incident)';
   if (group === 'platform') return status === 503 ? 'accounting store unavailable' : 'platform fault';
   if (status === 429) return 'upstream overloaded';
-  if (status === 503) return 'every upstream failing (circuits open)';
+  // A model's 503: nothing to route to, whether its circuits opened on failures or an operator drained every
+  // deployment (weight 0). The funnel is keyed by status only, so its words must fit both.
+  if (status === 503) return 'no deployment available (circuits open or drained)';
   if (status >= 500) return 'upstream fault after fallbacks';
   return 'upstream error';
 };

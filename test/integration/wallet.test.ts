@@ -1,7 +1,7 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DynamoAccounting, TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
-import { BalanceCeilingError, MAX_BALANCE_NANO } from '#core/accounting.ts';
+import { BalanceCeilingError, MAX_BALANCE_NANO, TopUpAmountError } from '#core/accounting.ts';
 import { Admission, type Admitted } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
 import { InsufficientBalanceError, RateLimitError } from '#core/errors.ts';
@@ -112,6 +112,21 @@ describe('top-ups', () => {
     expect((await h.accounting.wallet(first)).balance).toBe(usdToNano(5));
   });
 
+  it('refuse a top-up under 1 USD (spec §1) whichever tool sends it, changing nothing', async () => {
+    const id = await newAccount();
+    const topUp = (amount: number) =>
+      h.accounting.topUp({ accountId: id, amount, reference: `small-${id}-${amount}`, at: h.clock.now() });
+    await expect(topUp(usdToNano(1) - 1)).rejects.toBeInstanceOf(TopUpAmountError);
+    await expect(topUp(0)).rejects.toBeInstanceOf(TopUpAmountError);
+    await expect(topUp(-usdToNano(5))).rejects.toBeInstanceOf(TopUpAmountError);
+    await expect(topUp(usdToNano(1) + 0.5)).rejects.toBeInstanceOf(TopUpAmountError);
+    expect(await h.accounting.wallet(id)).toEqual({ balance: 0, available: 0, owed: 0 });
+    // Refused, so the account is not trusted either: only money makes it so.
+    expect((await h.accounts.getAccount(id))?.tier).toBe('unverified');
+    await expect(topUp(usdToNano(1))).resolves.toBe(true);
+    expect((await h.accounting.wallet(id)).balance).toBe(usdToNano(1));
+  });
+
   it('carry what an unverified account spent into its trusted limits as the same units, not the same time', async () => {
     const id = await newAccount();
     // A full unverified minute: 30 requests, 60 s of backlog at 2 s each.
@@ -216,9 +231,9 @@ describe('top-ups', () => {
     const refused = raced.find((r) => r.status === 'rejected') as PromiseRejectedResult;
     expect(refused.reason).toBeInstanceOf(BalanceCeilingError);
     expect((await h.accounting.wallet(id)).balance).toBe(half + 1);
-    // Up to the ceiling exactly is fine; one nano-dollar more is refused and changes nothing.
+    // Up to the ceiling exactly is fine; the smallest top-up more is refused and changes nothing.
     await expect(topUp(half - 1, 'c')).resolves.toBe(true);
-    await expect(topUp(1, 'd')).rejects.toBeInstanceOf(BalanceCeilingError);
+    await expect(topUp(usdToNano(1), 'd')).rejects.toBeInstanceOf(BalanceCeilingError);
     expect(await h.accounting.wallet(id)).toEqual({
       balance: MAX_BALANCE_NANO,
       available: MAX_BALANCE_NANO,

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Model } from '#core/registry.ts';
 import type { Outcome, SettlementRecord } from '#core/settlement.ts';
 import { aggregatesFor, faultDetail, faultFor, parseSubject } from '#core/usage-aggregates.ts';
-import { type AggregateRow, buildUsageReport, windowDays } from '#core/usage-report.ts';
+import { type AggregateRow, buildUsageReport, funnelLabel, windowDays } from '#core/usage-report.ts';
 import { chatModel } from '#test/fixtures.ts';
 
 const T0 = Date.UTC(2026, 10, 22, 12, 0);
@@ -322,6 +322,16 @@ describe('buildUsageReport', () => {
       { group: 'famB-x', status: 500, count: 1, label: 'upstream fault after fallbacks' },
       { group: 'incident', status: 503, count: 1, label: 'no eligible model (incident)' },
     ]);
+  });
+
+  it('labels each funnel cause in words that fit every way it arises', () => {
+    // A model's own 503 comes from open circuits or from every deployment drained: the label names both.
+    expect(funnelLabel('famA-a', 503)).toBe('no deployment available (circuits open or drained)');
+    expect(funnelLabel('famA-a', 429)).toBe('upstream overloaded');
+    expect(funnelLabel('famA-a', 502)).toBe('upstream fault after fallbacks');
+    expect(funnelLabel('platform', 503)).toBe('accounting store unavailable');
+    expect(funnelLabel('agent-error', 402)).toBe('insufficient balance');
+    expect(funnelLabel('agent-error', 418)).toBe('client error');
   });
 
   it('lists incidents from the minute counters, and recent faults newest first', () => {
