@@ -42,16 +42,24 @@ export class UpstreamFailure extends Error {
   readonly kind: FailureKind;
   readonly status: number | null;
   readonly upstreamError: UpstreamErrorBody | null;
+  /** How long a busy upstream asked callers to wait (its Retry-After), in ms; null when it did not say. */
+  readonly retryAfterMs: number | null;
 
   constructor(
     kind: FailureKind,
     message: string,
-    options: { status?: number; upstreamError?: UpstreamErrorBody | null; cause?: unknown } = {},
+    options: {
+      status?: number;
+      upstreamError?: UpstreamErrorBody | null;
+      retryAfterMs?: number | null;
+      cause?: unknown;
+    } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.kind = kind;
     this.status = options.status ?? null;
     this.upstreamError = options.upstreamError ?? null;
+    this.retryAfterMs = options.retryAfterMs ?? null;
   }
 }
 
@@ -113,12 +121,14 @@ export const withFallback = async <T>(
   const { attempts, clock, deadline } = options;
   let upstreamCalls = countUpstreamCalls(attempts);
   let lastFailure: UpstreamFailure | null = null;
+  // The soonest any busy deployment may take a call again, for the all-busy 429's Retry-After.
+  let soonestMs = Number.POSITIVE_INFINITY;
   for (const deployment of plan) {
     const keys = Math.max(1, deployment.keyRefs.length);
     const start = Math.floor(options.random() * keys);
     const tries = options.cycleKeys ? keys : 1;
     for (let k = 0; k < tries; k++) {
-      if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure);
+      if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure, soonestMs);
       if (deadline?.aborted) throw outOfTime(deadline);
       const keyIndex = (start + k) % keys;
       const started = clock.now();
@@ -141,6 +151,7 @@ export const withFallback = async <T>(
         }
         if (!(error instanceof UpstreamFailure)) throw error;
         lastFailure = error;
+        if (BUSY.has(error.kind)) soonestMs = Math.min(soonestMs, error.retryAfterMs ?? DEFAULT_RETRY_MS);
         if (error.kind !== 'unsupported') upstreamCalls++;
         attempts.push(
           record(deployment, keyIndex, error.kind, error.status, clock.now() - started, error.message),
@@ -151,7 +162,7 @@ export const withFallback = async <T>(
       }
     }
   }
-  return exhausted(attempts, lastFailure);
+  return exhausted(attempts, lastFailure, soonestMs);
 };
 
 /** The detail of an attempt abandoned at the call's deadline (see FallbackOptions.deadline); no failure has it. */
@@ -229,13 +240,29 @@ const record = (
   detail,
 });
 
-const exhausted = (attempts: readonly Attempt[], last: UpstreamFailure | null): never => {
+/** What a busy upstream that gave no Retry-After is taken to want: a second, as SDKs' own backoff starts. */
+const DEFAULT_RETRY_MS = 1_000;
+/**
+ * The longest wait an all-busy 429 passes on. A provider's hint can be an hour (a daily quota of our key spent);
+ * by then health routing may have moved on, and a client told to stay away that long would not come back.
+ */
+const MAX_RETRY_MS = 60_000;
+
+/** Retry-After for an all-busy 429: the soonest any busy deployment said it would take calls, within bounds. */
+const retryHeaders = (soonestMs: number): Record<string, string> => {
+  const ms = Math.ceil(
+    Math.min(MAX_RETRY_MS, Math.max(1, Number.isFinite(soonestMs) ? soonestMs : DEFAULT_RETRY_MS)),
+  );
+  return { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))), 'retry-after-ms': String(ms) };
+};
+
+const exhausted = (attempts: readonly Attempt[], last: UpstreamFailure | null, soonestMs: number): never => {
   const failed = attempts.filter((a) => a.outcome !== 'ok');
   if (last && failed.length > 0 && failed.every((a) => a.outcome === 'unsupported')) throw rejected(last);
   // Deployments that cannot express the request say nothing about load: the rest decide busy or broken.
   const tried = failed.filter((a) => a.outcome !== 'unsupported');
   if (tried.length > 0 && tried.every((a) => BUSY.has(a.outcome as FailureKind))) {
-    throw new EngineOverloadedError({ headers: { 'retry-after': '1' }, cause: last });
+    throw new EngineOverloadedError({ headers: retryHeaders(soonestMs), cause: last });
   }
   throw new UpstreamFaultError(undefined, last);
 };

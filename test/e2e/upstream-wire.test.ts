@@ -197,6 +197,19 @@ beforeAll(async () => {
           JSON.stringify({ error: { message, type: 'invalid_request_error', code: 'invalid_value' } }),
         );
       }
+      const busy = /mode=busy-(\w+)/.exec(body.messages.map((msg) => msg.content).join(' '))?.[1];
+      if (busy) {
+        // A provider that is busy and says when to come back: in seconds, or in OpenAI's precise header.
+        const hint =
+          busy === 'ms' ? { 'retry-after-ms': '2500', 'retry-after': '3' } : { 'retry-after': '7' };
+        res.writeHead(429, { 'content-type': 'application/json', ...hint });
+        const error = {
+          message: 'Rate limit reached for requests',
+          type: 'requests',
+          code: 'rate_limit_exceeded',
+        };
+        return void res.end(JSON.stringify({ error }));
+      }
       if (body.messages.some((msg) => msg.content.includes('mode=huge-usage'))) {
         // A provider reporting far more completion than the cap it was sent allows (16 here).
         const usage = { prompt_tokens: 7, completion_tokens: 5_000_000, total_tokens: 5_000_007 };
@@ -529,4 +542,27 @@ describe('an upstream refusal quoting our key', () => {
     const [record] = await takeSettlements(t.stack, 1);
     expect(JSON.stringify(record)).not.toContain(UPSTREAM_KEY.slice(0, 8));
   });
+
+  it.each([
+    ['seconds', 'famB-5.2', { 'retry-after': '7', 'retry-after-ms': '7000' }],
+    ['ms', 'famB-5.3', { 'retry-after': '3', 'retry-after-ms': '2500' }],
+  ])(
+    'passes on when a busy upstream said to come back (%s), not a blanket second',
+    async (how, model, expected) => {
+      // One model each: every one of its deployments answers busy, so the client is told to retry (429) and when.
+      await drainSettlements(t.stack);
+      const res = await t.post('/chat/completions', {
+        model,
+        messages: [{ role: 'user', content: `mode=busy-${how}` }],
+      });
+      expect(res.status).toBe(429);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('engine_overloaded');
+      expect({
+        'retry-after': res.headers.get('retry-after'),
+        'retry-after-ms': res.headers.get('retry-after-ms'),
+      }).toEqual(expected);
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ outcome: 'overloaded', status: 429 });
+    },
+  );
 });

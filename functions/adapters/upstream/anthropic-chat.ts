@@ -13,7 +13,7 @@ import {
   MessagesStreamTranslator,
   toMessagesRequest,
 } from './anthropic-translate.ts';
-import { readErrorBody, type UpstreamResponse } from './http.ts';
+import { readErrorBody, retryAfterMs, type UpstreamResponse } from './http.ts';
 import { type AuthHeaders, type OpenAiHttp, openWithinFirstByte, readJsonObject } from './openai-http.ts';
 import { sseData, UpstreamEvents } from './sse.ts';
 
@@ -92,7 +92,7 @@ export class AnthropicChat implements ChatProvider {
 }
 
 const statusFailure = async (response: UpstreamResponse): Promise<UpstreamFailure> =>
-  anthropicStatusFailure(response.statusCode, await readErrorBody(response));
+  anthropicStatusFailure(response.statusCode, await readErrorBody(response), retryAfterMs(response.headers));
 
 /** Iterates the translated events; ends after `message_stop`, throws on an `error` event or a cut-off. */
 class TranslatedStream implements ChatStream {

@@ -377,12 +377,14 @@ export const anthropicFailureKind = (
 export const anthropicStatusFailure = (
   status: number,
   upstreamError: UpstreamErrorBody | null,
+  /** The response's Retry-After, in ms: kept on a busy failure only. */
+  retryAfterMs: number | null = null,
 ): UpstreamFailure => {
   const kind = anthropicFailureKind(status, upstreamError?.type ?? null, upstreamError?.message ?? null);
   return new UpstreamFailure(
     kind,
     `upstream status ${status}${upstreamError?.type ? ` (${upstreamError.type})` : ''}`,
-    { status, upstreamError },
+    { status, upstreamError, retryAfterMs: kind === 'overloaded' ? retryAfterMs : null },
   );
 };
 

@@ -502,6 +502,18 @@ describe('anthropicFailureKind', () => {
     expect(failure).toMatchObject({ kind: 'auth', status: 400 });
   });
 
+  it('keeps a busy answer’s Retry-After for the all-busy 429, and nothing else’s', () => {
+    const overloaded = { message: 'Overloaded', type: 'overloaded_error', code: null, param: null };
+    expect(anthropicStatusFailure(529, overloaded, 5_000)).toMatchObject({
+      kind: 'overloaded',
+      retryAfterMs: 5_000,
+    });
+    expect(anthropicStatusFailure(500, null, 5_000)).toMatchObject({
+      kind: 'server_error',
+      retryAfterMs: null,
+    });
+  });
+
   it('keeps the upstream’s message for the client on a rejection', () => {
     const failure = anthropicStatusFailure(400, {
       message: 'messages: roles must alternate',

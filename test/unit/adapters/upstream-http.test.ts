@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clientSafe, statusFailure, UpstreamHttp, WholeBody } from '#adapters/upstream/http.ts';
+import { clientSafe, retryAfterMs, statusFailure, UpstreamHttp, WholeBody } from '#adapters/upstream/http.ts';
 import { readAll, readJsonObject } from '#adapters/upstream/openai-http.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 
@@ -111,6 +111,25 @@ describe('UpstreamHttp.postWhole', () => {
     const started = Date.now();
     await expect(post('/slow', 1024, { signal: late.signal })).rejects.toMatchObject({ name: 'AbortError' });
     expect(Date.now() - started).toBeLessThan(1_500); // not the upstream's 2 s
+  });
+});
+
+describe('retryAfterMs: when a busy upstream says to come back', () => {
+  const now = Date.parse('2026-11-29T12:00:00Z');
+
+  it('reads retry-after-ms before retry-after, seconds, and HTTP dates', () => {
+    expect(retryAfterMs({ 'retry-after-ms': '2500', 'retry-after': '3' }, now)).toBe(2500);
+    expect(retryAfterMs({ 'retry-after': '7' }, now)).toBe(7000);
+    expect(retryAfterMs({ 'retry-after': '1.5' }, now)).toBe(1500);
+    expect(retryAfterMs({ 'retry-after': 'Sun, 29 Nov 2026 12:00:20 GMT' }, now)).toBe(20_000);
+    expect(retryAfterMs({ 'retry-after': 'Sun, 29 Nov 2026 11:00:00 GMT' }, now)).toBe(0);
+  });
+
+  it('is null when the hint is missing or unusable', () => {
+    for (const headers of [{}, { 'retry-after': '' }, { 'retry-after': 'soon' }, { 'retry-after': '-3' }])
+      expect(retryAfterMs(headers, now)).toBeNull();
+    // An unusable precise header falls back to the plain one.
+    expect(retryAfterMs({ 'retry-after-ms': 'x', 'retry-after': '2' }, now)).toBe(2000);
   });
 });
 

@@ -76,6 +76,32 @@ describe('withFallback', () => {
     expect(result).toMatchObject({ status: 429, code: 'engine_overloaded' });
   });
 
+  it('tells the client to retry when the soonest busy deployment said it would take calls, within a minute', async () => {
+    const busyAfter = async (hints: Record<string, number | null>) => {
+      const result = await withFallback(
+        [a, b],
+        { cycleKeys: false, maxAttempts: 10, clock: manualClock(), random: () => 0, attempts: [] },
+        async (d) => {
+          throw new UpstreamFailure('rate_limited', 'busy', {
+            status: 429,
+            retryAfterMs: hints[d.id] ?? null,
+          });
+        },
+      ).catch((error: unknown) => error);
+      expect(result).toBeInstanceOf(EngineOverloadedError);
+      return (result as EngineOverloadedError).headers;
+    };
+    expect(await busyAfter({ a: 7_000, b: 2_500 })).toEqual({ 'retry-after': '3', 'retry-after-ms': '2500' });
+    // One said nothing: it may be free in a second, as SDKs' own backoff assumes.
+    expect(await busyAfter({ a: 7_000, b: null })).toEqual({ 'retry-after': '1', 'retry-after-ms': '1000' });
+    // A spent daily quota of one key is no reason to keep a client away for an hour.
+    expect(await busyAfter({ a: 3_600_000, b: 7_200_000 })).toEqual({
+      'retry-after': '60',
+      'retry-after-ms': '60000',
+    });
+    expect(await busyAfter({ a: 0, b: 0 })).toEqual({ 'retry-after': '1', 'retry-after-ms': '1' });
+  });
+
   it('answers 500 when any attempt failed for another reason', async () => {
     const { result } = await run((d) => (d.id === 'a' ? 'overloaded' : 'dropped'));
     expect(result).toBeInstanceOf(UpstreamFaultError);
