@@ -29,6 +29,17 @@ export const createHandler = (container: () => Container) =>
       affordableMaxTokens: (available: number) =>
         affordableCompletionTokens(resolved.model, prepared.promptTokens, prepared.choices, available),
     };
+    // A report above the cap is billed at the cap (ADR 0002); the excess is the provider's, for whoever
+    // reconciles with it to find in the log. Counts and ids only: nothing of the request.
+    const reportedUsage = (usage: Usage) => {
+      if (usage.completionTokens > completionTokens)
+        c.log.warn('upstream reported more completion than the call allowed; billed at the cap', {
+          requestId: call.requestId,
+          deployment: call.deployment?.id ?? null,
+          reportedCompletionTokens: usage.completionTokens,
+          completionCap: completionTokens,
+        });
+    };
     const upstream = (deployment: Deployment, keyIndex: number, signal: AbortSignal): UpstreamCall => ({
       deployment,
       keyIndex,
@@ -46,6 +57,7 @@ export const createHandler = (container: () => Container) =>
         cycleKeys: true,
         attempt: (d, k, signal) => c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
       });
+      if (result.usage) reportedUsage(result.usage);
       const reported = result.usage && withinCompletionLimit(result.usage, completionTokens);
       const usage = reported ?? withinCompletionLimit(estimatedUsage(prepared, result, c), completionTokens);
       call.succeeded(usage);
@@ -72,7 +84,7 @@ export const createHandler = (container: () => Container) =>
     return {
       statusCode: 200,
       headers: SSE_HEADERS,
-      body: chatEventStream(stream, prepared, call, c.outputTokens),
+      body: chatEventStream(stream, prepared, call, c.outputTokens, reportedUsage),
     };
   });
 

@@ -17,9 +17,11 @@ export const chatEventStream = (
   prepared: PreparedChat,
   call: CallRecorder,
   tokens: TokenCounter,
+  /** Sees each usage report as the upstream sent it, before it is held to the completion limit. */
+  onReport: (usage: Usage) => void = () => {},
 ): Readable => {
   const progress: RelayProgress = { started: false };
-  const tally = new StreamTally(prepared, tokens);
+  const tally = new StreamTally(prepared, tokens, onReport);
   return relayBody(call, relay(stream, prepared, call, progress, tally), 16 * 1024, progress, {
     close: () => stream.close(),
     // The client left before the first byte: the prompt was processed for it, nothing was relayed.
@@ -48,11 +50,13 @@ class StreamTally {
   #text: string[] = [];
   #pieces = 0;
   #reported: Usage | null = null;
+  readonly #onReport: (usage: Usage) => void;
 
-  constructor(prepared: PreparedChat, tokens: TokenCounter) {
+  constructor(prepared: PreparedChat, tokens: TokenCounter, onReport: (usage: Usage) => void) {
     this.#prepared = prepared;
     this.#tokens = tokens;
     this.#limit = completionLimit(prepared);
+    this.#onReport = onReport;
   }
 
   /** The upstream's report, as billed; null until it comes. */
@@ -62,6 +66,7 @@ class StreamTally {
 
   /** Takes the upstream's report (the output kept for a count is let go); returns it as billed. */
   report(usage: Usage): Usage {
+    this.#onReport(usage);
     this.#reported = withinCompletionLimit(usage, this.#limit);
     this.#text = [];
     this.#pieces = 0;

@@ -129,4 +129,28 @@ describe('a stream billed on our count', () => {
     }
     expect(call.settlement().usage?.completionTokens).toBe(8);
   });
+
+  it('bills a report above the cap at the cap, and shows the report as sent to whoever logs it', async () => {
+    const call = new CallRecorder('chat.completions', 'req_over', { now: () => Date.now() });
+    const usage = {
+      promptTokens: 9,
+      completionTokens: 5_000_000,
+      cachedPromptTokens: 0,
+      reasoningTokens: 0,
+      source: 'upstream' as const,
+    };
+    const events: ChatStreamEvent[] = [
+      ...REPLY.map((data) => ({ data, usage: null, usageOnly: false, output: outputOf(data) })),
+      { data: JSON.stringify({ id: 'c', choices: [], usage: {} }), usage, usageOnly: true, output: [] },
+    ];
+    const seen: number[] = [];
+    const body = chatEventStream(stallingUpstream(events), prepared(8), call, wordCounter, (u) =>
+      seen.push(u.completionTokens),
+    );
+    for await (const _ of body) {
+      // read to the end
+    }
+    expect(seen).toEqual([5_000_000]);
+    expect(call.settlement().usage).toMatchObject({ promptTokens: 9, completionTokens: 8 });
+  });
 });
