@@ -25,7 +25,7 @@ import { Authenticator } from '#core/authenticator.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 import { Gateway } from '#core/gateway.ts';
 import { HealthBoard } from '#core/health.ts';
-import type { AudioProbe, Clock, Random, SettlementSink, Sleep, TokenCounter } from '#core/ports.ts';
+import type { Alarms, AudioProbe, Clock, Random, SettlementSink, Sleep, TokenCounter } from '#core/ports.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
 import type { AdapterName } from '#core/registry.ts';
 import { cachedTokenCounter } from '#core/token-count-cache.ts';
@@ -100,6 +100,13 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
   const clock: Clock = options.clock ?? { now: () => performance.timeOrigin + performance.now() };
   const random: Random = Math.random;
   const sleep: Sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const alarms: Alarms = {
+    now: () => Date.now(),
+    at: (when, fire) => {
+      const timer = setTimeout(fire, Math.max(0, when - Date.now()));
+      return () => clearTimeout(timer);
+    },
+  };
   // On Lambda, region and credentials come from the standard AWS_* environment.
   const dynamo = new DynamoDBClient({
     maxAttempts: 3,
@@ -190,6 +197,7 @@ export const createContainer = (config: Config, options: ContainerOptions = {}):
       admission,
       catalog: () => registry.catalog(),
       clock,
+      alarms,
       random,
       maxAttempts: config.upstream.maxAttempts,
       health: new HealthBoard(config.health, clock),

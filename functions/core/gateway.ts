@@ -11,7 +11,7 @@ import {
   withFallback,
 } from './fallback.ts';
 import type { HealthBoard, ProbeToken } from './health.ts';
-import type { Clock, Random, Warn } from './ports.ts';
+import type { Alarms, Clock, Random, Warn } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
 import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
@@ -40,6 +40,8 @@ export interface GatewayDeps {
   /** The current registry snapshot (cached by the adapter). */
   readonly catalog: () => Promise<Catalog>;
   readonly clock: Clock;
+  /** What a call's deadline (CallRecorder.endBy, firstByteBy) is kept on. */
+  readonly alarms: Alarms;
   readonly random: Random;
   readonly maxAttempts: number;
   /** Deployment health of this instance; routing skips open circuits and learns from every attempt. */
@@ -186,18 +188,17 @@ export class Gateway {
     attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>,
     cancel?: AbortSignal,
   ): Promise<T> {
-    const { clock, random, maxAttempts, health } = this.#deps;
+    const { clock, alarms, random, maxAttempts, health } = this.#deps;
     const started = clock.now();
     const { deployments: plan, probes } = planRoute(resolved.deployments, random, health);
     if (probes.size > 0) this.#probes.set(call, probes);
     const before = call.attempts.length;
     const deadline = new AbortController();
     const { at, error } = routeDeadline(call);
-    // `at` is wall-clock time (Date.now() based, as Lambda's remaining time is), and so is the delay.
-    let timer: NodeJS.Timeout | null = null;
+    let disarm: (() => void) | null = null;
     // Already past (a request that waited too long in front of us): no attempt at all, not one started and cut.
-    if (at !== null && at <= Date.now()) deadline.abort(error());
-    else if (at !== null) timer = setTimeout(() => deadline.abort(error()), at - Date.now());
+    if (at !== null && at <= alarms.now()) deadline.abort(error());
+    else if (at !== null) disarm = alarms.at(at, () => deadline.abort(error()));
     const onCancel = () => deadline.abort(cancel?.reason);
     if (cancel?.aborted) onCancel();
     else cancel?.addEventListener('abort', onCancel, { once: true });
@@ -211,7 +212,7 @@ export class Gateway {
       call.upstreamMs = clock.now() - started;
       return served.value;
     } finally {
-      if (timer !== null) clearTimeout(timer);
+      disarm?.();
       cancel?.removeEventListener('abort', onCancel);
       // A key the provider refuses (revoked, out of credit) is invisible to clients — key cycling and fallback
       // serve them — so it is said here, once per refused attempt, naming the key by its place in the deployment.

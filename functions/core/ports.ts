@@ -10,6 +10,17 @@ export interface Clock {
   now(): number;
 }
 
+/**
+ * Wall-clock alarms, for a call's deadline. Deadlines are set in Date.now() terms, as Lambda's remaining time is,
+ * so they keep their own port rather than the Clock, which a test may run at any time it likes.
+ */
+export interface Alarms {
+  /** Epoch milliseconds on the wall clock deadlines are set in. */
+  now(): number;
+  /** Calls `fire` once `when` (epoch ms) has come; the function returned cancels it. */
+  at(when: number, fire: () => void): () => void;
+}
+
 /** A uniform random number in [0, 1); injected so routing and tests can be deterministic. */
 export type Random = () => number;
 

@@ -43,6 +43,32 @@ export const manualClock = (start = 1_000_000) => {
   return { now: () => now, advance: (ms: number) => (now += ms) };
 };
 
+/** Deadline alarms on a manual wall clock: `advance` fires every alarm it passes, in order. */
+export const manualAlarms = (start = 1_000_000) => {
+  let now = start;
+  let pending: { when: number; fire: () => void }[] = [];
+  return {
+    now: () => now,
+    at: (when: number, fire: () => void) => {
+      const alarm = { when, fire };
+      pending.push(alarm);
+      return () => {
+        pending = pending.filter((a) => a !== alarm);
+      };
+    },
+    advance: (ms: number) => {
+      now += ms;
+      const due = pending.filter((a) => a.when <= now).sort((x, y) => x.when - y.when);
+      pending = pending.filter((a) => a.when > now);
+      for (const alarm of due) alarm.fire();
+    },
+    /** Alarms set and not yet fired or cancelled. */
+    get pending() {
+      return pending.length;
+    },
+  };
+};
+
 /** Admission's account profiles where every account exists and is trusted, at the trusted tier's limits. */
 export const trustedAccounts = (clock: Clock, ttlMs = 60_000) =>
   new RefreshingCache<AccountProfile | null>({

@@ -8,7 +8,14 @@ import { UpstreamFailure } from '#core/fallback.ts';
 import { type BilledCall, Gateway } from '#core/gateway.ts';
 import { HealthBoard } from '#core/health.ts';
 import type { Catalog } from '#core/registry.ts';
-import { chatModel, deployment, manualClock, TEST_HEALTH_POLICY, trustedAccounts } from '#test/fixtures.ts';
+import {
+  chatModel,
+  deployment,
+  manualAlarms,
+  manualClock,
+  TEST_HEALTH_POLICY,
+  trustedAccounts,
+} from '#test/fixtures.ts';
 
 /**
  * Admission beside routing (ADR 0011): when the instance expects a call to be admitted, its upstream call starts
@@ -66,6 +73,7 @@ const setup = () => {
     admission,
     catalog: async () => ({}) as Catalog,
     clock,
+    alarms: manualAlarms(),
     random: () => 0,
     maxAttempts: 3,
     health,
