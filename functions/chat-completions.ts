@@ -1,4 +1,10 @@
-import { completionLimit, type PreparedChat, prepareChat, upstreamChatBody } from '#core/chat.ts';
+import {
+  billableChatUsage,
+  completionLimit,
+  type PreparedChat,
+  prepareChat,
+  upstreamChatBody,
+} from '#core/chat.ts';
 import { affordableCompletionTokens, worstCaseChatCost } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
 import type { ChatCompletionResult, UpstreamCall } from '#core/upstream.ts';
@@ -29,15 +35,16 @@ export const createHandler = (container: () => Container) =>
       affordableMaxTokens: (available: number) =>
         affordableCompletionTokens(resolved.model, prepared.promptTokens, prepared.choices, available),
     };
-    // A report above the cap is billed at the cap (ADR 0002); the excess is the provider's, for whoever
-    // reconciles with it to find in the log. Counts and ids only: nothing of the request.
-    const reportedUsage = (usage: Usage) => {
-      if (usage.completionTokens > completionTokens)
-        c.log.warn('upstream reported more completion than the call allowed; billed at the cap', {
+    // A report above what the call can be billed (its completion cap, its prompt's ceiling) is billed at those
+    // (ADR 0002); the excess is the provider's, for whoever reconciles with it to find in the log. Counts and ids
+    // only: nothing of the request.
+    const reportedUsage = (usage: Usage, billed: Usage) => {
+      if (billed !== usage)
+        c.log.warn('upstream reported more than the call can be billed; billed at its limits', {
           requestId: call.requestId,
           deployment: call.deployment?.id ?? null,
-          reportedCompletionTokens: usage.completionTokens,
-          completionCap: completionTokens,
+          reported: { promptTokens: usage.promptTokens, completionTokens: usage.completionTokens },
+          billed: { promptTokens: billed.promptTokens, completionTokens: billed.completionTokens },
         });
     };
     const upstream = (deployment: Deployment, keyIndex: number, signal: AbortSignal): UpstreamCall => ({
@@ -57,8 +64,8 @@ export const createHandler = (container: () => Container) =>
         cycleKeys: true,
         attempt: (d, k, signal) => c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
       });
-      if (result.usage) reportedUsage(result.usage);
-      const reported = result.usage && withinCompletionLimit(result.usage, completionTokens);
+      const reported = result.usage && billableChatUsage(prepared, result.usage);
+      if (result.usage && reported) reportedUsage(result.usage, reported);
       const usage = reported ?? withinCompletionLimit(estimatedUsage(prepared, result, c), completionTokens);
       call.succeeded(usage);
       // An upstream that reported no usage (or none we could read, or more than the call allowed): the client

@@ -44,6 +44,13 @@ export const createHandler = (container: () => Container) =>
       },
     });
     const usage = embeddingsUsage(prepared, result.promptTokens);
+    if (result.promptTokens !== null && usage.promptTokens < result.promptTokens)
+      c.log.warn('upstream reported more than the call can be billed; billed at its limits', {
+        requestId: call.requestId,
+        deployment: call.deployment?.id ?? null,
+        reported: { promptTokens: result.promptTokens },
+        billed: { promptTokens: usage.promptTokens },
+      });
     call.succeeded(usage);
     return {
       statusCode: 200,

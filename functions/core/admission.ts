@@ -285,26 +285,29 @@ export class Admission {
       // alone then succeeds (its guess was only stale — a settlement's refund moves a TAT back). Charging the
       // margin there charged a second's worth of every drained limit after each refunded estimate.
       const marginUs = attempt > 2 ? RETRY_MARGIN_US : 0;
-      const dimensions: DimensionUpdate[] = checks.map((c) => {
-        const tat = known[c.dimension];
-        if (tat !== undefined && tat > nowUs)
+      // A dimension this call takes nothing of is neither charged nor conditioned on (checkDimension).
+      const dimensions: DimensionUpdate[] = checks
+        .filter((c) => charges[c.dimension] > 0)
+        .map((c) => {
+          const tat = known[c.dimension];
+          if (tat !== undefined && tat > nowUs)
+            return {
+              dimension: c.dimension,
+              form: 'increment',
+              nowUs,
+              incrementUs: c.incrementUs,
+              maxPriorTatUs: c.maxPriorTatUs,
+            };
+          // The margin only where the charge plus the margin still fits the bucket.
+          const startUs = nowUs + (c.maxPriorTatUs - nowUs >= marginUs ? marginUs : 0);
           return {
             dimension: c.dimension,
-            form: 'increment',
-            nowUs,
+            form: 'fresh',
+            nowUs: startUs,
             incrementUs: c.incrementUs,
             maxPriorTatUs: c.maxPriorTatUs,
           };
-        // The margin only where the charge plus the margin still fits the bucket.
-        const startUs = nowUs + (c.maxPriorTatUs - nowUs >= marginUs ? marginUs : 0);
-        return {
-          dimension: c.dimension,
-          form: 'fresh',
-          nowUs: startUs,
-          incrementUs: c.incrementUs,
-          maxPriorTatUs: c.maxPriorTatUs,
-        };
-      });
+        });
       const hold =
         request.holdAmount > 0
           ? { amount: request.holdAmount, expiresAt: nowMs + this.#options.holdTtlMs }
@@ -329,20 +332,21 @@ export class Admission {
       }
 
       if (result.ok) {
-        const after: BucketState = {};
-        checks.forEach((c, i) => {
-          const update = dimensions[i] as DimensionUpdate;
+        // A dimension the call took nothing of is as it was (known).
+        const after: BucketState = { ...known };
+        for (const update of dimensions) {
+          const c = checks.find((check) => check.dimension === update.dimension) as DimensionCheck;
           const guessed = update.form === 'fresh' ? update.nowUs + update.incrementUs : c.newTatUs;
           // The store's condition kept the new TAT within the bucket; a guess above that was stale (a refund this
           // instance had not heard of), and the store's value is at most the bound.
           after[c.dimension] = Math.min(guessed, nowUs + capacityUs(c.dimension, limits[c.dimension]));
-        });
+        }
         this.#remember(principal.accountId, { state: after, limits, gen: profile.limitsGen });
         return {
           hold: hold ? { id: request.requestId, amount: hold.amount } : null,
           estimatedTokens: request.estimatedTokens,
           tokenEmissionUs: { tpm: emissionUs('tpm', limits.tpm), tpd: emissionUs('tpd', limits.tpd) },
-          tokenTatUs: { tpm: after.tpm as number, tpd: after.tpd as number },
+          tokenTatUs: { tpm: after.tpm ?? nowUs, tpd: after.tpd ?? nowUs },
           limitsGen: profile.limitsGen,
           headers: rateLimitHeaders(limits, after, nowUs),
         };

@@ -1,6 +1,7 @@
 import { InvalidRequestError } from './errors.ts';
 import type { TokenCounter } from './ports.ts';
 import type { Deployment, Model } from './registry.ts';
+import { type Usage, withinCompletionLimit } from './usage.ts';
 
 export interface TextPart {
   type: 'text';
@@ -130,6 +131,45 @@ const rejectImagesUnlessMultimodal = (messages: ChatMessage[], model: Model): vo
 
 /** The most completion tokens a call can be billed: its cap on each of the choices it asked for. */
 export const completionLimit = (prepared: PreparedChat): number => prepared.maxTokens * prepared.choices;
+
+/** Room for what a provider's template adds around a prompt (role markers, a tool-use preamble of ~350 tokens). */
+const TEMPLATE_ALLOWANCE = 4096;
+
+/**
+ * The most prompt tokens a call can be billed. A tokenizer makes at most one token of each UTF-8 byte of text, so
+ * a text-only prompt has at most its bytes — doubled, for slack — plus what a provider's template adds; an image
+ * has no such bound, so a prompt with one is held to the context window only. Never below our own estimate. A
+ * report above this is a provider's error (seen: a billion tokens for three token ids), not what the client sent.
+ */
+export const promptCeiling = (prepared: PreparedChat): number => {
+  const context = prepared.model.contextWindow ?? Number.POSITIVE_INFINITY;
+  let bound = TEMPLATE_ALLOWANCE;
+  for (const piece of promptPieces(prepared.messages, prepared.request)) {
+    if (typeof piece === 'number') bound += 8 * piece;
+    else bound += 2 * Buffer.byteLength(piece, 'utf8');
+  }
+  const hasImage = prepared.messages.some(
+    (m) => Array.isArray(m.content) && m.content.some((part) => part.type === 'image_url'),
+  );
+  return Math.max(prepared.promptTokens, hasImage ? context : Math.min(context, bound));
+};
+
+/**
+ * An upstream's usage as it may be billed: its completion held to the completion limit and its prompt to the
+ * prompt ceiling. The same object when nothing is above them (the ceiling is computed only when the report
+ * exceeds our estimate).
+ */
+export const billableChatUsage = (prepared: PreparedChat, usage: Usage): Usage => {
+  const capped = withinCompletionLimit(usage, completionLimit(prepared));
+  if (capped.promptTokens <= prepared.promptTokens) return capped;
+  const ceiling = promptCeiling(prepared);
+  if (capped.promptTokens <= ceiling) return capped;
+  return {
+    ...capped,
+    promptTokens: ceiling,
+    cachedPromptTokens: Math.min(capped.cachedPromptTokens, ceiling),
+  };
+};
 
 const completionCap = (request: ChatRequest, model: Model, promptTokens: number): number => {
   const context = model.contextWindow ?? Number.POSITIVE_INFINITY;

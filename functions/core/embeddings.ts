@@ -150,9 +150,32 @@ export const encodeVector = (
   return typeof vector === 'string' ? base64ToVector(vector) : vector;
 };
 
-/** Usage of an embeddings call: the upstream's input tokens, or our own count when it reported none. */
+/**
+ * The most input tokens an embeddings call can be billed. Token ids are what the upstream embeds, so their count
+ * is exact; a text has at most one token per UTF-8 byte (doubled for slack, plus a few for its start and end
+ * markers), and never more than the model's context. Never below our own count.
+ */
+export const embeddingsCeiling = (prepared: PreparedEmbeddings): number => {
+  const context = prepared.model.contextWindow ?? DEFAULT_EMBEDDING_CONTEXT;
+  let bound = 0;
+  for (const input of prepared.inputs)
+    bound +=
+      typeof input === 'string' ? Math.min(context, 2 * Buffer.byteLength(input, 'utf8') + 8) : input.length;
+  return Math.max(prepared.promptTokens, bound);
+};
+
+/**
+ * Usage of an embeddings call: the upstream's input tokens held to what the call could take (embeddingsCeiling; a
+ * report above it is a provider's error — one reported a billion tokens for three token ids), or our own count
+ * when it reported none.
+ */
 export const embeddingsUsage = (prepared: PreparedEmbeddings, reported: number | null): Usage => ({
-  promptTokens: reported ?? prepared.promptTokens,
+  promptTokens:
+    reported === null
+      ? prepared.promptTokens
+      : reported <= prepared.promptTokens
+        ? reported
+        : Math.min(reported, embeddingsCeiling(prepared)),
   completionTokens: 0,
   cachedPromptTokens: 0,
   reasoningTokens: 0,

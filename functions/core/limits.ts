@@ -108,7 +108,9 @@ export const checkDimension = (
   const newTatUs = base + incrementUs;
   const maxPriorTatUs = nowUs + capacity - incrementUs;
   const exceedsLimit = units > limit;
-  const allowed = !exceedsLimit && newTatUs <= nowUs + capacity;
+  // A call that takes nothing of a dimension (an audio call's tokens) is not refused by it, however far ahead
+  // its bucket runs: there is nothing to wait for. Admission leaves such a bucket untouched.
+  const allowed = units === 0 || (!exceedsLimit && newTatUs <= nowUs + capacity);
   return {
     dimension,
     allowed,

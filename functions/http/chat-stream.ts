@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { CallRecorder } from '#core/call-recorder.ts';
-import { completionLimit, type PreparedChat } from '#core/chat.ts';
+import { billableChatUsage, completionLimit, type PreparedChat } from '#core/chat.ts';
 import type { TokenCounter } from '#core/ports.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
@@ -17,8 +17,8 @@ export const chatEventStream = (
   prepared: PreparedChat,
   call: CallRecorder,
   tokens: TokenCounter,
-  /** Sees each usage report as the upstream sent it, before it is held to the completion limit. */
-  onReport: (usage: Usage) => void = () => {},
+  /** Sees each usage report as the upstream sent it, and as it is billed (the same object when within limits). */
+  onReport: (usage: Usage, billed: Usage) => void = () => {},
 ): Readable => {
   const progress: RelayProgress = { started: false };
   const tally = new StreamTally(prepared, tokens, onReport);
@@ -50,9 +50,9 @@ class StreamTally {
   #text: string[] = [];
   #pieces = 0;
   #reported: Usage | null = null;
-  readonly #onReport: (usage: Usage) => void;
+  readonly #onReport: (usage: Usage, billed: Usage) => void;
 
-  constructor(prepared: PreparedChat, tokens: TokenCounter, onReport: (usage: Usage) => void) {
+  constructor(prepared: PreparedChat, tokens: TokenCounter, onReport: (usage: Usage, billed: Usage) => void) {
     this.#prepared = prepared;
     this.#tokens = tokens;
     this.#limit = completionLimit(prepared);
@@ -66,8 +66,8 @@ class StreamTally {
 
   /** Takes the upstream's report (the output kept for a count is let go); returns it as billed. */
   report(usage: Usage): Usage {
-    this.#onReport(usage);
-    this.#reported = withinCompletionLimit(usage, this.#limit);
+    this.#reported = billableChatUsage(this.#prepared, usage);
+    this.#onReport(usage, this.#reported);
     this.#text = [];
     this.#pieces = 0;
     return this.#reported;
@@ -169,7 +169,7 @@ async function* relay(
         yield frame(event.data);
       } else {
         const usage = tally.report(event.usage);
-        // A report above the call's limit is billed, and shown, at the limit.
+        // A report above the call's limits is billed, and shown, at them.
         const data = usage === event.usage ? event.data : withUsage(event.data, usage);
         if (prepared.clientWantsUsage) yield frame(data);
         else if (!event.usageOnly) yield frame(withoutUsage(data));

@@ -652,6 +652,17 @@ describe('token refunds and changes of limits', () => {
     expect(await outcomeOf(admit(id, `more-${id}`, 0, 60_000))).toBe('refused');
   });
 
+  it('admits a call that takes no tokens (audio) while the token buckets run past their limits', async () => {
+    const id = await newAccount(); // unverified: 100,000 tokens a minute, 1,000,000 a day
+    const big = await admit(id, `big-${id}`, 0, 100_000);
+    // It used far more than its estimate: the settlement charges the excess to the buckets, past their limits.
+    await settleUsed(id, `big-${id}`, big, 3_000_000);
+    h.clock.advance(1);
+    expect(await outcomeOf(admit(id, `tokens-${id}`, 0, 10))).toBe('refused');
+    // Nothing of the token buckets to wait for: only its requests are counted.
+    expect(await outcomeOf(admit(id, `audio-${id}`, 0, 0))).toBe('admitted, 0 tokens left');
+  });
+
   it('still refunds what is ahead: a call settled before its charge drained gives back its unused tokens', async () => {
     const id = await newAccount();
     const call = await admit(id, `call-${id}`, 0, 60_000);

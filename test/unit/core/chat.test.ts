@@ -1,11 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import {
+  billableChatUsage,
   type ChatRequest,
   DEFAULT_MAX_TOKENS,
   DEFAULT_TEMPERATURE,
   IMAGE_TOKEN_ESTIMATE,
   LANGUAGE_SYSTEM_MESSAGE,
   prepareChat,
+  promptCeiling,
   upstreamChatBody,
 } from '#core/chat.ts';
 import { InvalidRequestError } from '#core/errors.ts';
@@ -36,6 +38,51 @@ describe('the auto-language rule (spec §4 rule 2)', () => {
 
   it('never adds it for other models', () => {
     expect(prepareChat(request(), chatModel(), wordCounter).messages).toEqual(request().messages);
+  });
+});
+
+describe('what a usage report can bill', () => {
+  const usage = (promptTokens: number, completionTokens: number, cachedPromptTokens = 0) => ({
+    promptTokens,
+    completionTokens,
+    cachedPromptTokens,
+    reasoningTokens: 0,
+    source: 'upstream' as const,
+  });
+
+  it('bills a report within the limits as it came, the same object', () => {
+    const prepared = prepareChat(request({ max_tokens: 50 }), chatModel(), wordCounter);
+    // A provider's tokenizer may count more than ours: more prompt than our estimate is still billed.
+    const report = usage(prepared.promptTokens + 40, 50);
+    expect(billableChatUsage(prepared, report)).toBe(report);
+  });
+
+  it('holds a text prompt to twice its bytes plus a template allowance, never below our estimate', () => {
+    const prepared = prepareChat(request({ max_tokens: 50 }), chatModel(), wordCounter);
+    // "hello there": 11 bytes; 3 priming and 3 for the message, counted 8 times over; 4096 for the template.
+    const ceiling = 4096 + 2 * 11 + 8 * (3 + 3);
+    expect(promptCeiling(prepared)).toBe(ceiling);
+    expect(billableChatUsage(prepared, usage(1_000_000_000, 10, 1_000_000_000))).toMatchObject({
+      promptTokens: ceiling,
+      cachedPromptTokens: ceiling,
+      completionTokens: 10,
+    });
+    // A small context window bounds it further.
+    const small = prepareChat(request({ max_tokens: 50 }), chatModel({ contextWindow: 100 }), wordCounter);
+    expect(promptCeiling(small)).toBe(100);
+  });
+
+  it('holds a prompt with an image to the context window only: an image’s tokens have no byte bound', () => {
+    const prepared = prepareChat(
+      request({
+        max_tokens: 50,
+        messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }],
+      }),
+      chatModel({ contextWindow: 200_000, flags: { multimodal: true } }),
+      wordCounter,
+    );
+    expect(promptCeiling(prepared)).toBe(200_000);
+    expect(billableChatUsage(prepared, usage(5_000, 10)).promptTokens).toBe(5_000);
   });
 });
 

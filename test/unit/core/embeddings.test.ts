@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   base64ToVector,
   checkVectors,
+  embeddingsCeiling,
   embeddingsUsage,
   encodeVector,
   prepareEmbeddings,
@@ -143,13 +144,32 @@ describe('checkVectors', () => {
   });
 });
 
+/** The embedding model with another context window. */
+const embedOf = (contextWindow: number): Model => ({ ...embed, contextWindow });
+
 describe('embeddings billing', () => {
   it('bills input tokens at the model rate, from the upstream count or else our own', () => {
     const prepared = prepareEmbeddings({ model: 'm', input: 'a b c' }, embed, wordCounter);
     expect(embeddingsUsage(prepared, 7)).toMatchObject({ promptTokens: 7, source: 'upstream' });
     expect(embeddingsUsage(prepared, null)).toMatchObject({ promptTokens: 3, source: 'estimated' });
     // 0.05 USD per 1M tokens = 50 nano-USD per token.
-    expect(costOf(embed, embeddingsUsage(prepared, 1_000_000))).toBe(50_000_000);
+    expect(costOf(embed, { ...embeddingsUsage(prepared, 1), promptTokens: 1_000_000 })).toBe(50_000_000);
     expect(costOf(embed, embeddingsUsage(prepared, 1))).toBe(50);
+  });
+
+  it('bills no more than the inputs could hold: token ids exactly, text at most twice its bytes', () => {
+    // Three token ids are three tokens, whatever the upstream says.
+    const ids = prepareEmbeddings({ model: 'm', input: [1, 2, 3] }, embed, wordCounter);
+    expect(embeddingsUsage(ids, 1_000_000_000).promptTokens).toBe(3);
+    expect(embeddingsUsage(ids, 2).promptTokens).toBe(2);
+    // "a b c" is 5 bytes: at most 2 × 5 + 8 tokens; "é" is 2 bytes: 12. A provider counting more than we do
+    // (its tokenizer is not ours) is billed up to there.
+    const text = prepareEmbeddings({ model: 'm', input: ['a b c', 'é'] }, embedOf(8_192), wordCounter);
+    expect(embeddingsCeiling(text)).toBe(18 + 12);
+    expect(embeddingsUsage(text, 25).promptTokens).toBe(25);
+    expect(embeddingsUsage(text, 1_000_000_000).promptTokens).toBe(30);
+    // Never past the model's context per input.
+    const long = prepareEmbeddings({ model: 'm', input: 'word '.repeat(5_000) }, embedOf(8_192), wordCounter);
+    expect(embeddingsCeiling(long)).toBe(8_192);
   });
 });

@@ -48,6 +48,13 @@ describe('GCRA', () => {
     expect(checkDimension('tpm', 100_000, half.newTatUs + half.incrementUs, 1, NOW).allowed).toBe(false);
   });
 
+  it('never refuses a call that takes none of a dimension, however far past its limit the bucket runs', () => {
+    // A settlement charged far more than the estimate: the minute's bucket is a day ahead.
+    const dayAhead = NOW + 86_400_000_000;
+    expect(checkDimension('tpm', 100_000, dayAhead, 0, NOW)).toMatchObject({ allowed: true, retryAfterUs: 0 });
+    expect(checkDimension('tpm', 100_000, dayAhead, 1, NOW).allowed).toBe(false);
+  });
+
   it('never admits a single charge larger than the whole limit, and says retrying will not help', () => {
     const check = checkDimension('tpm', 100_000, undefined, 100_001, NOW);
     expect(check).toMatchObject({ allowed: false, exceedsLimit: true, retryAfterUs: 0 });
