@@ -53,7 +53,7 @@ export const prepareEmbeddings = (
     const count = typeof item === 'string' ? tokens.countUpTo(item, context) : item.length;
     if (count > context) {
       throw new InvalidRequestError(
-        `This model's maximum context length is ${context} tokens, however you requested at least ${count} tokens in input[${i}]. Please reduce your input.`,
+        `This model's maximum context length is ${context} tokens, however you requested at least ${count} tokens in ${single ? 'input' : `input[${i}]`}. Please reduce your input.`,
         'context_length_exceeded',
         { param: single ? 'input' : `input[${i}]` },
       );
@@ -93,11 +93,18 @@ export const upstreamEmbeddingsBody = (
   ...(prepared.dimensions !== null ? { dimensions: prepared.dimensions } : {}),
 });
 
-/** Float32 count of a vector, without decoding it. */
+/**
+ * Float32 count of a vector; -1 when it is no vector. A base64 one must be canonical base64 of whole, finite
+ * float32s: Node's decoder skips what is not base64, so "!!!!…" of the right length would otherwise pass.
+ */
 const vectorLength = (vector: UpstreamVector): number => {
-  if (typeof vector !== 'string') return vector.length;
-  const bytes = Buffer.byteLength(vector, 'base64');
-  return bytes % 4 === 0 ? bytes / 4 : -1;
+  if (typeof vector !== 'string') return vector.every(Number.isFinite) ? vector.length : -1;
+  const bytes = Buffer.from(vector, 'base64');
+  // Padding aside: an upstream may leave it off, and decoders take base64 either way.
+  if (bytes.length % 4 !== 0 || bytes.toString('base64').replace(/=+$/, '') !== vector.replace(/=+$/, ''))
+    return -1;
+  for (let i = 0; i < bytes.length; i += 4) if (!Number.isFinite(bytes.readFloatLE(i))) return -1;
+  return bytes.length / 4;
 };
 
 /**
@@ -112,17 +119,17 @@ export const checkVectors = (prepared: PreparedEmbeddings, vectors: readonly Ups
       `upstream returned ${vectors.length} embeddings for ${prepared.inputs.length} inputs`,
     );
   }
-  const expected = prepared.dimensions ?? vectorLength(vectors[0] as UpstreamVector);
+  let expected = prepared.dimensions;
   for (const vector of vectors) {
     const length = vectorLength(vector);
-    if (length !== expected || length < 1) {
+    if (length < 1)
+      throw new UpstreamFailure('protocol', 'upstream embedding is not a vector of finite numbers');
+    expected ??= length;
+    if (length !== expected) {
       throw new UpstreamFailure(
         'protocol',
         `upstream embedding has ${length} dimensions, expected ${expected}`,
       );
-    }
-    if (typeof vector !== 'string' && !vector.every(Number.isFinite)) {
-      throw new UpstreamFailure('protocol', 'upstream embedding holds a non-number');
     }
   }
 };

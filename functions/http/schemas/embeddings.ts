@@ -28,7 +28,8 @@ export const embeddingsRequestSchema = z.strictObject({
   ),
   encoding_format: z.enum(['float', 'base64'], { error: "must be 'float' or 'base64'" }).optional(),
   dimensions: z.int({ error: 'must be a positive integer' }).min(1, 'must be a positive integer').optional(),
-  user: z.string().max(256).optional(),
+  // Never forwarded nor stored; bounded only so it cannot be the bulk of a body (OpenAI sets no maximum).
+  user: z.string().max(4096).optional(),
 });
 
 export const parseEmbeddingsRequest = (body: unknown): EmbeddingsRequest =>

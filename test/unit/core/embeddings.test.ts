@@ -120,6 +120,8 @@ describe('checkVectors', () => {
 
   it('accepts one vector per input of the requested length, in either encoding', () => {
     expect(() => checkVectors(prepared, [[1, 0], vectorToBase64([0, 1])])).not.toThrow();
+    // Unpadded base64 is still base64.
+    expect(() => checkVectors(prepared, [[1, 0], vectorToBase64([0, 1]).replace(/=+$/, '')])).not.toThrow();
   });
 
   it.each([
@@ -132,6 +134,10 @@ describe('checkVectors', () => {
       ],
     ],
     ['base64 of the wrong length', [[1, 0], 'AAAA']],
+    // 11 characters of junk measure as 8 bytes (two floats) without being decoded.
+    ['junk of a vector’s length', [[1, 0], '!!!!!!!!!!!']],
+    ['base64 of a NaN', [[1, 0], vectorToBase64([1, Number.NaN])]],
+    ['base64 of an infinity', [[1, 0], vectorToBase64([Number.POSITIVE_INFINITY, 0])]],
     [
       'a non-number',
       [

@@ -51,7 +51,10 @@ describe('GCRA', () => {
   it('never refuses a call that takes none of a dimension, however far past its limit the bucket runs', () => {
     // A settlement charged far more than the estimate: the minute's bucket is a day ahead.
     const dayAhead = NOW + 86_400_000_000;
-    expect(checkDimension('tpm', 100_000, dayAhead, 0, NOW)).toMatchObject({ allowed: true, retryAfterUs: 0 });
+    expect(checkDimension('tpm', 100_000, dayAhead, 0, NOW)).toMatchObject({
+      allowed: true,
+      retryAfterUs: 0,
+    });
     expect(checkDimension('tpm', 100_000, dayAhead, 1, NOW).allowed).toBe(false);
   });
 
