@@ -51,6 +51,22 @@ export interface Admitted {
   readonly headers: Record<string, string>;
 }
 
+/**
+ * The store did not answer the admission — which may still have been written: a reply lost after the commit, a
+ * timeout while it ran. The client gets a 503; the call's settlement releases the hold it may have taken (a release
+ * is conditional on the hold existing, so one never taken is left alone). Without it a lost reply locked that much
+ * of the wallet until the sweeper, half an hour on, and every call meanwhile got a 402.
+ */
+export class AdmissionUnknownError extends ServiceUnavailableError {
+  /** The hold the admission asked for, if any: perhaps taken. */
+  readonly possibleHold: { readonly id: string; readonly amount: number } | null;
+
+  constructor(cause: unknown, possibleHold: { readonly id: string; readonly amount: number } | null) {
+    super('The accounting store is unreachable; the request was not served.', cause, 'accounting');
+    this.possibleHold = possibleHold;
+  }
+}
+
 export interface AdmissionOptions {
   readonly store: AccountingStore;
   readonly accounts: RefreshingCache<AccountProfile | null>;
@@ -324,11 +340,7 @@ export class Admission {
         });
       } catch (error) {
         this.#storeFailedAt = this.#options.clock.now();
-        throw new ServiceUnavailableError(
-          'The accounting store is unreachable; the request was not served.',
-          error,
-          'accounting',
-        );
+        throw new AdmissionUnknownError(error, hold ? { id: request.requestId, amount: hold.amount } : null);
       }
 
       if (result.ok) {

@@ -80,6 +80,14 @@ export class CallRecorder {
     this.limitHeaders = admitted.headers;
   }
 
+  /**
+   * An admission the store may have written without answering (AdmissionUnknownError): its hold is recorded so
+   * settlement releases it if it exists. No tokens: a bucket charge that landed stays, as a refused call's would.
+   */
+  possiblyHeld(hold: { readonly id: string; readonly amount: number }): void {
+    this.admission = { hold, estimatedTokens: 0, tokenEmissionUs: { tpm: 0, tpd: 0 } };
+  }
+
   /** `Server-Timing` for the response: where the gateway's time went, for clients and operators alike. */
   serverTiming(): string | null {
     const parts: string[] = [];

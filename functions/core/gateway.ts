@@ -1,4 +1,4 @@
-import type { Admission, AdmissionRequest } from './admission.ts';
+import { type Admission, type AdmissionRequest, AdmissionUnknownError } from './admission.ts';
 import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
 import type { ApiError } from './errors.ts';
@@ -111,7 +111,13 @@ export class Gateway {
     const { admission } = this.#deps;
     if (!admission || !call.principal) return;
     const started = this.#deps.clock.now();
-    call.admitted(await admission.admit(call.principal, request));
+    try {
+      call.admitted(await admission.admit(call.principal, request));
+    } catch (error) {
+      // Perhaps admitted after all: settlement releases the hold if it was taken (nothing else to correct).
+      if (error instanceof AdmissionUnknownError && error.possibleHold) call.possiblyHeld(error.possibleHold);
+      throw error;
+    }
     call.admissionMs = this.#deps.clock.now() - started;
   }
 

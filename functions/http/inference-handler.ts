@@ -1,8 +1,9 @@
 import { CallRecorder } from '#core/call-recorder.ts';
 import { ApiError, InvalidRequestError } from '#core/errors.ts';
 import { countUpstreamCalls } from '#core/fallback.ts';
+import type { SettlementSink } from '#core/ports.ts';
 import type { ModelKind } from '#core/registry.ts';
-import type { Endpoint } from '#core/settlement.ts';
+import type { Endpoint, SettlementRecord } from '#core/settlement.ts';
 import type { Container } from '#functions/container.ts';
 import { afterResponse } from './after-response.ts';
 import { httpHandler } from './handler.ts';
@@ -32,7 +33,7 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
       const call = new CallRecorder(endpoint, requestIdOf(context), c.clock);
       call.endBy = Date.now() + context.getRemainingTimeInMillis() - SETTLE_MARGIN_MS;
       call.firstByteBy = firstByteBy(event, c.config);
-      afterResponse(context, () => settle(c, call));
+      afterResponse(context, () => settle(c, call, context.getRemainingTimeInMillis() - SEND_GRACE_MS));
       try {
         const response = await fn(event, call, c);
         call.responding();
@@ -149,15 +150,41 @@ export const headerValue = (text: string): string => {
   return encoded;
 };
 
-const settle = async (c: Container, call: CallRecorder): Promise<void> => {
+/** Kept after the settlement send gives up waiting, for the log line and the invocation's end. */
+const SEND_GRACE_MS = 1_000;
+
+const settle = async (c: Container, call: CallRecorder, budgetMs: number): Promise<void> => {
   call.closeUnread();
   const record = call.settlement();
   c.gateway.observeEnd(call, record.outcome);
   c.gateway.expectSettlement(record);
-  try {
-    await c.settlements.send(record);
-  } catch (error) {
-    // The record is the only trace of this charge: log it whole (it holds no secrets) for replay.
-    c.log.error('settlement record not sent', { record, error });
-  }
+  await sendSettlement(c, record, budgetMs);
+};
+
+/**
+ * Sends the record, or logs it whole (it holds no secrets) for replay when the send fails — or has not been
+ * acknowledged within `budgetMs`, what is left of the invocation: a slow queue's retries (5 attempts of up to 5 s)
+ * outlast the margin a call keeps, and Lambda would end the invocation before any failure was logged, leaving no
+ * trace of the charge. Replay is idempotent by the record's id, so a record both logged and, later, sent settles once.
+ */
+export const sendSettlement = async (
+  deps: { readonly settlements: SettlementSink; readonly log: Pick<Container['log'], 'error'> },
+  record: SettlementRecord,
+  budgetMs: number,
+): Promise<void> => {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), Math.max(0, budgetMs));
+  });
+  const sending = deps.settlements.send(record).then(
+    () => 'sent' as const,
+    (error: unknown) => ({ error }),
+  );
+  const outcome = await Promise.race([sending, late]);
+  clearTimeout(timer);
+  if (outcome === 'late')
+    deps.log.error('settlement record not acknowledged before the invocation ends; replay it if missing', {
+      record,
+    });
+  else if (outcome !== 'sent') deps.log.error('settlement record not sent', { record, error: outcome.error });
 };

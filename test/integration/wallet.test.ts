@@ -3,10 +3,13 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DynamoAccounting, TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
 import { BalanceCeilingError, MAX_BALANCE_NANO, TopUpAmountError } from '#core/accounting.ts';
 import { Admission, type Admitted } from '#core/admission.ts';
-import type { Principal } from '#core/authenticator.ts';
-import { InsufficientBalanceError, RateLimitError } from '#core/errors.ts';
+import type { Authenticator, Principal } from '#core/authenticator.ts';
+import { CallRecorder } from '#core/call-recorder.ts';
+import { InsufficientBalanceError, RateLimitError, ServiceUnavailableError } from '#core/errors.ts';
+import { Gateway } from '#core/gateway.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
+import type { Catalog } from '#core/registry.ts';
 import { type AdmissionRef, planSettlement, tokenCorrectionOf } from '#core/settlement.ts';
 import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
@@ -15,6 +18,7 @@ import { tables as tableDefinitions } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { invocationContext } from '#local/function-url.ts';
 import { type AccountingHarness, accountingHarness, chatSettlement } from '#test/accounting.ts';
+import { chatModel, deployment, manualAlarms } from '#test/fixtures.ts';
 
 let h: AccountingHarness;
 beforeAll(async () => {
@@ -243,6 +247,67 @@ describe('top-ups', () => {
 });
 
 describe('admission and settlement', () => {
+  it('gives back at settlement a hold an admission took without answering (its reply lost), not half an hour on', async () => {
+    const id = await newAccount(1);
+    const gateway = new Gateway({
+      authenticator: {} as Authenticator,
+      admission: h.admission,
+      catalog: async () => ({}) as Catalog,
+      clock: h.clock,
+      alarms: manualAlarms(),
+      random: () => 0,
+      maxAttempts: 1,
+    });
+    const call = new CallRecorder('chat.completions', `lost-${id}`, h.clock);
+    call.principal = principal(id);
+    // The store commits the admission, and its reply is lost: the client is told the store is unreachable.
+    let faults = 0;
+    h.injectFaults(() => (faults++ === 0 ? 'ambiguous' : null));
+    const refused = await gateway
+      .admitAndRoute({
+        request: { requestId: call.requestId, estimatedTokens: 10, holdAmount: usdToNano(0.9) },
+        resolved: { model: chatModel(), deployments: [deployment({ id: 'a' })] },
+        call,
+        cycleKeys: true,
+        attempt: async () => 'served',
+      })
+      .catch((error: unknown) => error);
+    h.injectFaults(() => null);
+    expect(refused).toMatchObject({ status: 503 });
+    call.failed(refused); // as the endpoint's handler records it
+    expect((await h.accounting.wallet(id)).available).toBe(usdToNano(0.1)); // it was held after all
+    // The call's settlement record releases it, charging nothing; again on redelivery, changing nothing.
+    const record = call.settlement();
+    expect(record).toMatchObject({ outcome: 'unavailable', cost: 0 });
+    expect(await h.accounting.settle(planSettlement(record, h.clock.now()))).toBe('settled');
+    expect(await h.accounting.settle(planSettlement(record, h.clock.now()))).toBe('duplicate');
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: usdToNano(1),
+      available: usdToNano(1),
+      owed: 0,
+    });
+    // The client's retry is admitted at once, not refused for want of funds for half an hour.
+    await expect(admit(id, `retry-${id}`, usdToNano(0.9))).resolves.toMatchObject({
+      hold: { amount: usdToNano(0.9) },
+    });
+    const { balanceMatchesLedger, availableMatchesHolds } = await h.invariants(id);
+    expect([balanceMatchesLedger, availableMatchesHolds]).toEqual([true, true]);
+  });
+
+  it('settles a possibly-held call whose admission never landed without touching the wallet', async () => {
+    const id = await newAccount(1);
+    const call = new CallRecorder('chat.completions', `never-${id}`, h.clock);
+    call.principal = principal(id);
+    call.possiblyHeld({ id: call.requestId, amount: usdToNano(0.9) });
+    call.failed(new ServiceUnavailableError('down', undefined, 'accounting'));
+    expect(await h.accounting.settle(planSettlement(call.settlement(), h.clock.now()))).toBe('settled');
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: usdToNano(1),
+      available: usdToNano(1),
+      owed: 0,
+    });
+  });
+
   it('holds the worst case, then releases it and debits the actual cost with a ledger entry', async () => {
     const id = await newAccount(1);
     await admit(id, 'r1', 300_000);

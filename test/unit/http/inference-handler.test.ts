@@ -1,6 +1,7 @@
 import { validateHeaderValue } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { firstByteBy, headerValue } from '#http/inference-handler.ts';
+import type { SettlementRecord } from '#core/settlement.ts';
+import { firstByteBy, headerValue, sendSettlement } from '#http/inference-handler.ts';
 
 /**
  * `x-svc-served-model` shows the registry's upstream model name. A name the HTTP runtime refuses as a header
@@ -73,5 +74,40 @@ describe('firstByteBy: when a call must begin its response, given what is in fro
     const short = cdnFirstByteBy(event(CF), 2_000) as number;
     expect(short - Date.now()).toBeGreaterThan(900);
     expect(short - Date.now()).toBeLessThanOrEqual(1_000);
+  });
+});
+
+/**
+ * The settlement record is the only trace of a charge. Lambda ends the invocation at its timeout, so a send still
+ * retrying then (a slow queue: 5 attempts of up to 5 s) must be logged for replay before that, not after.
+ */
+describe('sendSettlement', () => {
+  const record = { id: 'req_1', cost: 1234 } as unknown as SettlementRecord;
+  const logged = () => {
+    const lines: { message: string; fields: Record<string, unknown> }[] = [];
+    return {
+      lines,
+      log: { error: (message: string, fields?: object) => lines.push({ message, fields: { ...fields } }) },
+    };
+  };
+
+  it('logs nothing when the queue acknowledges in time', async () => {
+    const { lines, log } = logged();
+    await sendSettlement({ settlements: { send: async () => {} }, log }, record, 1_000);
+    expect(lines).toEqual([]);
+  });
+
+  it('logs the whole record when the send fails', async () => {
+    const { lines, log } = logged();
+    const error = new Error('queue gone');
+    await sendSettlement({ settlements: { send: () => Promise.reject(error) }, log }, record, 1_000);
+    expect(lines).toEqual([{ message: 'settlement record not sent', fields: { record, error } }]);
+  });
+
+  it('logs the whole record, and returns, when the send is not acknowledged within what is left', async () => {
+    const { lines, log } = logged();
+    // A send that never ends: without the budget this would wait forever (the test's own timeout).
+    await sendSettlement({ settlements: { send: () => new Promise<void>(() => {}) }, log }, record, 20);
+    expect(lines).toEqual([{ message: expect.stringMatching(/not acknowledged/), fields: { record } }]);
   });
 });
