@@ -91,7 +91,14 @@ export const createHandler = (container: () => Container) =>
     return {
       statusCode: 200,
       headers: SSE_HEADERS,
-      body: chatEventStream(stream, prepared, call, c.outputTokens, reportedUsage),
+      body: chatEventStream(
+        stream,
+        prepared,
+        call,
+        c.outputTokens,
+        reportedUsage,
+        c.config.streamKeepAliveMs,
+      ),
     };
   });
 

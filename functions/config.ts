@@ -1,5 +1,6 @@
 import { DEFAULT_HEALTH_POLICY, type HealthPolicy } from '#core/health.ts';
 import { DEFAULT_PRICE_MIN_MARGIN } from '#core/price-floor.ts';
+import { KEEP_ALIVE_MS } from '#http/chat-stream.ts';
 import { buckets, queues, type TableId, tables } from '#lib/resources.ts';
 
 /**
@@ -24,6 +25,8 @@ export interface Config {
   /** Documented limit of a transcription upload (the whole multipart body); larger ones get 413. */
   readonly maxAudioBodyBytes: number;
   readonly upstream: UpstreamConfig;
+  /** How long an event stream may send the client nothing before it sends an SSE comment (chat-stream.ts). */
+  readonly streamKeepAliveMs: number;
   /** How long a settlement record may wait to share an SQS batch (see SqsSettlementSink). */
   readonly settlementLingerMs: number;
   /** Settlements of one SQS batch written at once; they contend only when they share an account. */
@@ -80,6 +83,7 @@ export const TUNABLE_ENV: readonly string[] = [
   'UPSTREAM_IDLE_TIMEOUT_MS',
   'UPSTREAM_MAX_ATTEMPTS',
   'UPSTREAM_CONNECTIONS_PER_ORIGIN',
+  'STREAM_KEEP_ALIVE_MS',
   'SETTLEMENT_LINGER_MS',
   'SETTLEMENT_PARALLELISM',
   'HEALTH_WINDOW_MS',
@@ -213,6 +217,7 @@ export const loadConfig = (env: Env): Config => ({
     maxAttempts: integer(env, 'UPSTREAM_MAX_ATTEMPTS', 6, 1, MAX_UPSTREAM_ATTEMPTS),
     connectionsPerOrigin: integer(env, 'UPSTREAM_CONNECTIONS_PER_ORIGIN', 256, 1),
   },
+  streamKeepAliveMs: integer(env, 'STREAM_KEEP_ALIVE_MS', KEEP_ALIVE_MS, 1),
   settlementLingerMs: integer(env, 'SETTLEMENT_LINGER_MS', 0),
   settlementParallelism: integer(env, 'SETTLEMENT_PARALLELISM', 4, 1),
   logLevel: logLevel(env),

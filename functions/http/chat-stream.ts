@@ -19,10 +19,12 @@ export const chatEventStream = (
   tokens: TokenCounter,
   /** Sees each usage report as the upstream sent it, and as it is billed (the same object when within limits). */
   onReport: (usage: Usage, billed: Usage) => void = () => {},
+  keepAliveMs = KEEP_ALIVE_MS,
 ): Readable => {
   const progress: RelayProgress = { started: false };
   const tally = new StreamTally(prepared, tokens, onReport);
-  return relayBody(call, relay(stream, prepared, call, progress, tally), 16 * 1024, progress, {
+  const events = relay(stream, prepared, call, progress, tally, keepAliveMs);
+  return relayBody(call, events, 16 * 1024, progress, {
     close: () => stream.close(),
     // The client left before the first byte: the prompt was processed for it, nothing was relayed.
     unread: () => call.aborted(tally.billed()),
@@ -133,12 +135,38 @@ const unescaped = (contents: string): string => {
   }
 };
 
+/**
+ * How long a stream may go without sending the client anything before it sends an SSE comment. What is in front of
+ * the function cuts a response silent for longer than its read timeout — CloudFront's 60 s (between packets, not
+ * only before the first), the REST API's idle timeout — and a model reasoning before it writes (hidden reasoning,
+ * Anthropic's thinking, an upstream's own keep-alives, which are not relayed) can be silent for minutes.
+ * Clients and SDKs ignore comments.
+ */
+export const KEEP_ALIVE_MS = 15_000;
+const KEEP_ALIVE_FRAME = ': keep-alive\n\n';
+
+const QUIET = Symbol('quiet');
+
+/** The upstream's next event, or QUIET when `ms` pass first (the event is still to come: await `pending` again). */
+const nextOrQuiet = async <T>(pending: Promise<T>, ms: number): Promise<T | typeof QUIET> => {
+  let timer: NodeJS.Timeout | undefined;
+  const quiet = new Promise<typeof QUIET>((resolve) => {
+    timer = setTimeout(resolve, ms, QUIET);
+  });
+  try {
+    return await Promise.race([pending, quiet]);
+  } finally {
+    clearTimeout(timer);
+  }
+};
+
 async function* relay(
   stream: ChatStream,
   prepared: PreparedChat,
   call: CallRecorder,
   progress: RelayProgress,
   tally: StreamTally,
+  keepAliveMs: number,
 ): AsyncGenerator<string> {
   progress.started = true;
   /** The last chunk relayed: a usage chunk we add takes its id, creation time and model. */
@@ -149,9 +177,17 @@ async function* relay(
     for (;;) {
       // Only errors from the upstream side are caught here. When the client goes away, the stream machinery
       // throws into this generator at a `yield` instead; that unwinds to `finally` as an abort.
-      let next: IteratorResult<ChatStreamEvent, void>;
+      let next: IteratorResult<ChatStreamEvent, void> | typeof QUIET;
+      const pending = upstream.next();
+      // A client gone during a keep-alive returns this generator at that `yield`, with the read still pending: its
+      // failure (the body closes the upstream) is nobody's to handle.
+      pending.catch(() => {});
       try {
-        next = await upstream.next();
+        next = await nextOrQuiet(pending, keepAliveMs);
+        while (next === QUIET) {
+          yield KEEP_ALIVE_FRAME;
+          next = await nextOrQuiet(pending, keepAliveMs);
+        }
       } catch (error) {
         const cause = failureOf(progress, error);
         if (cause === null) return; // the client left: an abort, recorded below

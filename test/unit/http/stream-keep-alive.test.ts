@@ -1,0 +1,72 @@
+import { describe, expect, it } from 'vitest';
+import { outputOf } from '#adapters/upstream/openai-compatible.ts';
+import { CallRecorder } from '#core/call-recorder.ts';
+import { prepareChat } from '#core/chat.ts';
+import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
+import { chatEventStream } from '#http/chat-stream.ts';
+import { chatModel, wordCounter } from '#test/fixtures.ts';
+
+/**
+ * CloudFront cuts a response that sends nothing for 60 s — between packets too — and a model that reasons before
+ * it writes can be silent longer. A stream sends an SSE comment whenever it has sent nothing for a while.
+ */
+
+const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
+  JSON.stringify({
+    id: 'c',
+    object: 'chat.completion.chunk',
+    created: 1,
+    model: 'm',
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+  });
+
+/** An upstream that pauses `pauseMs` before each event after the first, as a model thinking does. */
+const pausingUpstream = (chunks: readonly string[], pauseMs: number): ChatStream => ({
+  close: () => {},
+  async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent> {
+    for (const [i, data] of chunks.entries()) {
+      if (i > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      yield { data, usage: null, usageOnly: false, output: outputOf(data) };
+    }
+  },
+});
+
+const REPLY = [
+  chunk({ role: 'assistant', content: '' }),
+  chunk({ content: 'Hello there' }),
+  chunk({}, 'stop'),
+];
+
+const read = async (stream: ChatStream, keepAliveMs: number) => {
+  const call = new CallRecorder('chat.completions', 'req_keepalive', { now: () => Date.now() });
+  const prepared = prepareChat(
+    { model: 'famA-test', messages: [{ role: 'user', content: 'think hard' }], stream: true },
+    chatModel(),
+    wordCounter,
+  );
+  let text = '';
+  for await (const piece of chatEventStream(stream, prepared, call, wordCounter, undefined, keepAliveMs))
+    text += String(piece);
+  return { text, call };
+};
+
+describe('a stream that goes quiet', () => {
+  it('sends an SSE comment while the upstream is silent, and the same events and bill as without', async () => {
+    const quiet = await read(pausingUpstream(REPLY, 120), 25);
+    const events = quiet.text.split('\n\n').filter((e) => e !== '');
+    // Comments between the events, never inside one; the events themselves as a prompt stream sends them.
+    expect(events.filter((e) => e === ': keep-alive').length).toBeGreaterThanOrEqual(2);
+    const loud = await read(pausingUpstream(REPLY, 0), 25);
+    expect(events.filter((e) => e !== ': keep-alive')).toEqual(
+      loud.text.split('\n\n').filter((e) => e !== ''),
+    );
+    expect(quiet.call.settlement().usage).toEqual(loud.call.settlement().usage);
+    expect(quiet.call.settlement().outcome).toBe('success');
+  });
+
+  it('sends none when the upstream never pauses that long', async () => {
+    const { text } = await read(pausingUpstream(REPLY, 0), 10_000);
+    expect(text).not.toContain(': keep-alive');
+    expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+  });
+});
