@@ -6,7 +6,7 @@ import {
   ResponseType,
   RestApi,
 } from 'aws-cdk-lib/aws-apigateway';
-import { Alarm, ComparisonOperator, TreatMissingData } from 'aws-cdk-lib/aws-cloudwatch';
+import { Alarm, ComparisonOperator, MathExpression, TreatMissingData } from 'aws-cdk-lib/aws-cloudwatch';
 import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
 import { FunctionUrlAuthType, InvokeMode } from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
@@ -102,6 +102,23 @@ export class ApiStack extends Stack {
         invokeMode: InvokeMode.RESPONSE_STREAM,
       });
       new CfnOutput(this, `${name}-url`, { value: url.url, description: `Function URL of ${name}` });
+      // Calls through the Function URL bypass the REST API and its 5xx alarm; a 5xx the handler answered is no
+      // Lambda error either. The same rate, on the URL's own metrics (FunctionName: all of its URL's traffic).
+      const urlMetric = (metricName: string) =>
+        fn.metric(metricName, { period: Duration.minutes(5), statistic: 'Sum' });
+      new Alarm(this, `${name}-url-5xx-alarm`, {
+        alarmName: `${stage.prefix}-${name}-url-5xx-rate`,
+        alarmDescription: `More than 5% of ${name}'s Function URL requests answered 5xx, two 5-minute periods in a row`,
+        metric: new MathExpression({
+          expression: 'errors / requests',
+          usingMetrics: { errors: urlMetric('Url5xxCount'), requests: urlMetric('UrlRequestCount') },
+          period: Duration.minutes(5),
+        }),
+        threshold: 0.05,
+        evaluationPeriods: 2,
+        comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treatMissingData: TreatMissingData.NOT_BREACHING,
+      }).addAlarmAction(new SnsAction(props.bindings.alarmTopic));
       const integration = new LambdaIntegration(fn, {
         responseTransferMode: ResponseTransferMode.STREAM,
         // A streamed integration may run up to 15 minutes; give it as long as the function has.

@@ -21,6 +21,9 @@ export interface DataStackProps extends StackProps {
   readonly alarmEmail?: string;
 }
 
+/** Age of the oldest queued settlement that raises an alarm: a third of the 30-minute hold TTL. */
+export const SETTLEMENT_AGE_ALARM_SECONDS = 600;
+
 const attribute = (key: KeyAttribute) => ({
   name: key.name,
   type: key.type === 'S' ? AttributeType.STRING : AttributeType.NUMBER,
@@ -130,6 +133,22 @@ export class DataStack extends Stack {
         statistic: 'Maximum',
       }),
       threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: TreatMissingData.NOT_BREACHING,
+    }).addAlarmAction(new SnsAction(this.alarmTopic));
+
+    // Settlements waiting long is the warning before the DLQ: a throttled or failing consumer. Past the hold TTL
+    // the sweeper frees holds whose charges are still queued (they land as debt), so alarm well before it.
+    new Alarm(this, 'settlement-age-alarm', {
+      alarmName: `${prefix}-settlement-queue-age`,
+      alarmDescription:
+        'The oldest settlement message has waited over 10 minutes (consumer throttled or failing)',
+      metric: this.settlementQueue.metricApproximateAgeOfOldestMessage({
+        period: Duration.minutes(5),
+        statistic: 'Maximum',
+      }),
+      threshold: SETTLEMENT_AGE_ALARM_SECONDS,
       evaluationPeriods: 1,
       comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: TreatMissingData.NOT_BREACHING,

@@ -1,4 +1,5 @@
 import { Stack, type StackProps } from 'aws-cdk-lib';
+import type { CfnFunction } from 'aws-cdk-lib/aws-lambda';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import { Schedule, ScheduleExpression } from 'aws-cdk-lib/aws-scheduler';
 import { LambdaInvoke } from 'aws-cdk-lib/aws-scheduler-targets';
@@ -6,10 +7,7 @@ import type { Construct } from 'constructs';
 import { type FunctionDefinition, timeoutOf } from './functions.ts';
 import { type Bindings, GatewayFunction } from './gateway-function.ts';
 import { queues } from './resources.ts';
-import type { StageConfig } from './stage.ts';
-
-/** Most concurrent invocations of a queue consumer (the settlement consumer): see its event source below. */
-export const SETTLEMENT_MAX_CONCURRENCY = 50;
+import { SETTLEMENT_MAX_CONCURRENCY, type StageConfig } from './stage.ts';
 
 export interface JobsStackProps extends StackProps {
   readonly stage: StageConfig;
@@ -41,6 +39,9 @@ export class JobsStack extends Stack {
           throw new Error(
             `${name}: queue ${trigger.queue}'s visibility timeout is under 6× the function's timeout`,
           );
+        if (stage.settlementReservedConcurrency > 0)
+          (fn.node.defaultChild as CfnFunction).reservedConcurrentExecutions =
+            stage.settlementReservedConcurrency;
         fn.addEventSource(
           new SqsEventSource(bindings.queues[trigger.queue], {
             batchSize: 10,

@@ -40,6 +40,13 @@ export interface StageConfig {
   readonly cdnReadTimeoutSeconds: number;
   /** Tuning variables given to every function (`functionEnv` context; names in TUNABLE_ENV). */
   readonly functionEnv: Readonly<Record<string, string>>;
+  /**
+   * Concurrency reserved for the settlement consumer (`settlementReservedConcurrency`; 0 for none). Unreserved, a
+   * surge of long streams can take the region's whole pool and throttle it: throttled batches count as receives,
+   * and after five go to the DLQ, charges not debited. Default: SETTLEMENT_MAX_CONCURRENCY in production, none
+   * elsewhere (a new account's quota may not spare it: Lambda keeps 100 unreserved).
+   */
+  readonly settlementReservedConcurrency: number;
 }
 
 /**
@@ -103,6 +110,9 @@ const settlementAllowanceS = (): number => {
   const { visibilityTimeoutSeconds, deadLetter } = queues.settlement;
   return visibilityTimeoutSeconds * deadLetter.maxReceiveCount;
 };
+
+/** Most concurrent invocations of a queue consumer (the settlement consumer): see its event source (jobs-stack). */
+export const SETTLEMENT_MAX_CONCURRENCY = 50;
 
 /** Stand-ins for the names the stacks set, so loadConfig can check the tunable values on their own. */
 const CONFIG_PLACEHOLDERS: Readonly<Record<string, string>> = Object.fromEntries([
@@ -188,6 +198,23 @@ export const stageConfig = (context: Context): StageConfig => {
   if (alarmEmail !== undefined && !/^[^@\s]+@[^@\s]+\.[^@\s]+$/.test(alarmEmail))
     fail('alarmEmail', 'an email address', alarmEmail);
 
+  const cdnReadTimeoutSeconds =
+    number(
+      context,
+      'cdnReadTimeoutSeconds',
+      (n) => Number.isInteger(n) && n >= 1 && n <= 180,
+      'an integer 1–180',
+    ) ?? 60;
+  const env = functionEnv(context, 'functionEnv');
+  // A stream quiet for the CDN's read timeout is cut there: its keep-alive comments must come sooner.
+  const { streamKeepAliveMs } = loadConfig({ ...CONFIG_PLACEHOLDERS, ...env });
+  if (streamKeepAliveMs >= cdnReadTimeoutSeconds * 1000)
+    fail(
+      'functionEnv',
+      `STREAM_KEEP_ALIVE_MS under cdnReadTimeoutSeconds (${cdnReadTimeoutSeconds} s), or CloudFront cuts quiet streams`,
+      streamKeepAliveMs,
+    );
+
   return {
     stage,
     production,
@@ -205,13 +232,14 @@ export const stageConfig = (context: Context): StageConfig => {
     schedules,
     providerSecrets: secretNames(context, 'providerSecrets'),
     alarmEmail,
-    cdnReadTimeoutSeconds:
+    cdnReadTimeoutSeconds,
+    functionEnv: env,
+    settlementReservedConcurrency:
       number(
         context,
-        'cdnReadTimeoutSeconds',
-        (n) => Number.isInteger(n) && n >= 1 && n <= 180,
-        'an integer 1–180',
-      ) ?? 60,
-    functionEnv: functionEnv(context, 'functionEnv'),
+        'settlementReservedConcurrency',
+        (n) => n === 0 || (Number.isInteger(n) && n >= SETTLEMENT_MAX_CONCURRENCY && n <= 10_000),
+        `0, or an integer from ${SETTLEMENT_MAX_CONCURRENCY} (the consumer's maximum concurrency) to 10000`,
+      ) ?? (production ? SETTLEMENT_MAX_CONCURRENCY : 0),
   };
 };

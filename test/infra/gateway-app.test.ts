@@ -9,11 +9,11 @@ import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '#functions/config.ts';
 import { CORS_HEADERS } from '#http/cors.ts';
+import { SETTLEMENT_AGE_ALARM_SECONDS } from '#lib/data-stack.ts';
 import { type FunctionDefinition, functions, timeoutOf } from '#lib/functions.ts';
 import { ENTRY_METADATA } from '#lib/gateway-function.ts';
-import { SETTLEMENT_MAX_CONCURRENCY } from '#lib/jobs-stack.ts';
 import { buckets, physicalName, queues, tables } from '#lib/resources.ts';
-import { DEFAULT_SCHEDULES } from '#lib/stage.ts';
+import { DEFAULT_SCHEDULES, SETTLEMENT_MAX_CONCURRENCY } from '#lib/stage.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 
 /**
@@ -28,6 +28,8 @@ const PREFIX = `svc-${STAGE}`;
 /** Named as in registry/example.json's `secretsmanager:` references. */
 const SECRETS = ['svc/provider-a/key-1', 'svc/provider-a/key-2'];
 const STACKS = ['data', 'api', 'site', 'jobs'] as const;
+/** Concurrency reserved for the settlement consumer (a production stage's default is 50). */
+const RESERVED = 60;
 type StackName = (typeof STACKS)[number];
 
 // biome-ignore lint/suspicious/noExplicitAny: CloudFormation JSON is untyped by nature.
@@ -74,6 +76,8 @@ beforeAll(async () => {
       `providerSecrets=${SECRETS.join(',')}`,
       '--context',
       'alarmEmail=ops@example.com',
+      '--context',
+      `settlementReservedConcurrency=${RESERVED}`,
     ],
     { cwd: ROOT, env, maxBuffer: 64 * 1024 * 1024 },
   );
@@ -476,6 +480,11 @@ describe('the CDK app', () => {
     expect(referencesIn(mapping.stack, mapping.properties.FunctionName)).toEqual([key(consumer)]);
     expect(mapping.properties.FunctionResponseTypes).toEqual(['ReportBatchItemFailures']);
     expect(mapping.properties.ScalingConfig).toEqual({ MaximumConcurrency: SETTLEMENT_MAX_CONCURRENCY });
+    // Its own share of the region's concurrency: a surge of streams cannot throttle settlements into the DLQ.
+    expect(consumer.properties.ReservedConcurrentExecutions).toBe(RESERVED);
+    for (const name of Object.keys(rows))
+      if (name !== 'settlement')
+        expect(functionOf(name).properties.ReservedConcurrentExecutions, name).toBeUndefined();
     expect(queue.properties.VisibilityTimeout).toBeGreaterThanOrEqual(6 * consumer.properties.Timeout);
     expect(queue.properties.RedrivePolicy.maxReceiveCount).toBe(5);
     expect(referencesIn(queue.stack, queue.properties.RedrivePolicy.deadLetterTargetArn)).toEqual([key(dlq)]);
@@ -505,7 +514,7 @@ describe('the CDK app', () => {
     }
   });
 
-  it('alarms on DLQ depth, every function’s errors and throttles, and the API 5xx rate, to the alarm topic', () => {
+  it('alarms on DLQ depth and queue age, every function’s errors and throttles, and the API’s and Function URLs’ 5xx rates, to the alarm topic', () => {
     const topic = key(one(all('AWS::SNS::Topic'), 'the alarm topic'));
     const alarms = all('AWS::CloudWatch::Alarm');
     for (const alarm of alarms)
@@ -522,6 +531,40 @@ describe('the CDK app', () => {
       'the DLQ alarm',
     ).properties;
     expect(dlqAlarm).toMatchObject({ Threshold: 1, ComparisonOperator: 'GreaterThanOrEqualToThreshold' });
+    // The warning before the DLQ, well within the hold TTL: settlements waiting on a throttled or failing consumer.
+    const ageAlarm = one(
+      on('ApproximateAgeOfOldestMessage', settlementQueue()),
+      'the queue age alarm',
+    ).properties;
+    expect(ageAlarm).toMatchObject({ Threshold: SETTLEMENT_AGE_ALARM_SECONDS, Statistic: 'Maximum' });
+    const consumerEnv = functionOf('settlement').properties.Environment.Variables as Record<string, unknown>;
+    const { holdTtlMs } = loadConfig(
+      Object.fromEntries(Object.entries(consumerEnv).map(([k, v]) => [k, typeof v === 'string' ? v : 'ref'])),
+    );
+    expect(SETTLEMENT_AGE_ALARM_SECONDS * 1000).toBeLessThan(holdTtlMs / 2);
+
+    // Function URL traffic bypasses the REST API: its own 5xx rate, per HTTP function.
+    for (const [name, definition] of Object.entries(rows)) {
+      if (definition.trigger.kind !== 'http') continue;
+      const urlAlarm = one(
+        alarms.filter((a) =>
+          a.properties.Metrics?.some(
+            (m: Json) =>
+              m.MetricStat?.Metric.MetricName === 'Url5xxCount' &&
+              referencesIn(a.stack, m.MetricStat.Metric.Dimensions).includes(key(functionOf(name))),
+          ),
+        ),
+        `${name}'s Function URL 5xx alarm`,
+      ).properties;
+      expect(urlAlarm).toMatchObject({ Threshold: 0.05, EvaluationPeriods: 2 });
+      const expression = (urlAlarm.Metrics as Json[]).find((m) => m.Expression)?.Expression as string;
+      const ids = Object.fromEntries(
+        (urlAlarm.Metrics as Json[])
+          .filter((m) => m.MetricStat)
+          .map((m) => [m.MetricStat.Metric.MetricName, m.Id]),
+      );
+      expect(expression).toBe(`${ids.Url5xxCount} / ${ids.UrlRequestCount}`);
+    }
 
     for (const name of Object.keys(rows)) {
       for (const metric of ['Errors', 'Throttles']) {

@@ -9,7 +9,7 @@ import {
   MAX_UPSTREAM_ATTEMPTS,
   TUNABLE_ENV,
 } from '#functions/config.ts';
-import { DEFAULT_SCHEDULES, stageConfig } from '#lib/stage.ts';
+import { DEFAULT_SCHEDULES, SETTLEMENT_MAX_CONCURRENCY, stageConfig } from '#lib/stage.ts';
 
 /** Context as `cdk.json` and `-c key=value` give it (command-line values are always strings). */
 const config = (context: Record<string, unknown> = {}) => stageConfig((key) => context[key]);
@@ -28,6 +28,27 @@ describe('stageConfig', () => {
       alarmEmail: undefined,
       cdnReadTimeoutSeconds: 60,
       functionEnv: {},
+      settlementReservedConcurrency: 0,
+    });
+  });
+
+  it('reserves the settlement consumer’s concurrency in production, unless told otherwise', () => {
+    expect(config({ stage: 'prod' }).settlementReservedConcurrency).toBe(SETTLEMENT_MAX_CONCURRENCY);
+    expect(config({ stage: 'prod', settlementReservedConcurrency: '0' }).settlementReservedConcurrency).toBe(
+      0,
+    );
+    expect(config({ settlementReservedConcurrency: '200' }).settlementReservedConcurrency).toBe(200);
+    // Under the event source's own maximum, throttling would begin before it does.
+    expect(() => config({ settlementReservedConcurrency: '10' })).toThrow(/settlementReservedConcurrency/);
+  });
+
+  it('refuses a stream keep-alive as long as the CDN waits: quiet streams would be cut first', () => {
+    expect(() => config({ functionEnv: { STREAM_KEEP_ALIVE_MS: '60000' } })).toThrow(/STREAM_KEEP_ALIVE_MS/);
+    expect(() => config({ cdnReadTimeoutSeconds: '10' })).toThrow(/cdnReadTimeoutSeconds \(10 s\)/);
+    expect(
+      config({ cdnReadTimeoutSeconds: '20', functionEnv: { STREAM_KEEP_ALIVE_MS: '5000' } }),
+    ).toMatchObject({
+      cdnReadTimeoutSeconds: 20,
     });
   });
 
