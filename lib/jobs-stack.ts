@@ -39,7 +39,7 @@ export class JobsStack extends Stack {
           throw new Error(
             `${name}: queue ${trigger.queue}'s visibility timeout is under 6× the function's timeout`,
           );
-        if (stage.settlementReservedConcurrency > 0)
+        if (trigger.queue === 'settlement' && stage.settlementReservedConcurrency > 0)
           (fn.node.defaultChild as CfnFunction).reservedConcurrentExecutions =
             stage.settlementReservedConcurrency;
         fn.addEventSource(

@@ -5,6 +5,7 @@
  * ("Deploy to AWS").
  */
 import { LOG_LEVELS, type LogLevel, loadConfig, TUNABLE_ENV } from '#functions/config.ts';
+import { KEEP_ALIVE_MS } from '#http/chat-stream.ts';
 import { type FunctionDefinition, functions, timeoutOf } from './functions.ts';
 import { queues, tables } from './resources.ts';
 
@@ -211,7 +212,7 @@ export const stageConfig = (context: Context): StageConfig => {
   if (streamKeepAliveMs >= cdnReadTimeoutSeconds * 1000)
     fail(
       'functionEnv',
-      `STREAM_KEEP_ALIVE_MS under cdnReadTimeoutSeconds (${cdnReadTimeoutSeconds} s), or CloudFront cuts quiet streams`,
+      `STREAM_KEEP_ALIVE_MS (default ${KEEP_ALIVE_MS}) under cdnReadTimeoutSeconds (${cdnReadTimeoutSeconds} s), or CloudFront cuts quiet streams`,
       streamKeepAliveMs,
     );
 

@@ -137,22 +137,31 @@ const TEMPLATE_ALLOWANCE = 4096;
 
 /**
  * The most prompt tokens a call can be billed. A tokenizer makes at most one token of each UTF-8 byte of text, so
- * a text-only prompt has at most its bytes — doubled, for slack — plus what a provider's template adds; an image
- * has no such bound, so a prompt with one is held to the context window only. Never below our own estimate. A
- * report above this is a provider's error (seen: a billion tokens for three token ids), not what the client sent.
+ * a text-only prompt has at most the bytes of everything it sends that a template can render — the messages whole
+ * (tool call ids, names, annotations), the tools, the response format and the tool choice, as JSON — doubled for
+ * slack, plus what a provider's template adds. An image has no such bound, so a prompt with one is held to the
+ * context window only. Never below our own estimate. A report above this is a provider's error (seen: a billion
+ * tokens for three token ids), not what the client sent. Computed once per call.
  */
 export const promptCeiling = (prepared: PreparedChat): number => {
+  const known = ceilings.get(prepared);
+  if (known !== undefined) return known;
   const context = prepared.model.contextWindow ?? Number.POSITIVE_INFINITY;
-  let bound = TEMPLATE_ALLOWANCE;
-  for (const piece of promptPieces(prepared.messages, prepared.request)) {
-    if (typeof piece === 'number') bound += 8 * piece;
-    else bound += 2 * Buffer.byteLength(piece, 'utf8');
-  }
   const hasImage = prepared.messages.some(
     (m) => Array.isArray(m.content) && m.content.some((part) => part.type === 'image_url'),
   );
-  return Math.max(prepared.promptTokens, hasImage ? context : Math.min(context, bound));
+  let bound = context;
+  if (!hasImage) {
+    const { tools, response_format, tool_choice } = prepared.request;
+    const sent = JSON.stringify({ messages: prepared.messages, tools, response_format, tool_choice });
+    bound = Math.min(context, TEMPLATE_ALLOWANCE + 2 * Buffer.byteLength(sent, 'utf8'));
+  }
+  const ceiling = Math.max(prepared.promptTokens, bound);
+  ceilings.set(prepared, ceiling);
+  return ceiling;
 };
+
+const ceilings = new WeakMap<PreparedChat, number>();
 
 /**
  * An upstream's usage as it may be billed: its completion held to the completion limit and its prompt to the

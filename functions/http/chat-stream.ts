@@ -147,18 +147,50 @@ const KEEP_ALIVE_FRAME = ': keep-alive\n\n';
 
 const QUIET = Symbol('quiet');
 
-/** The upstream's next event, or QUIET when `ms` pass first (the event is still to come: await `pending` again). */
-const nextOrQuiet = async <T>(pending: Promise<T>, ms: number): Promise<T | typeof QUIET> => {
-  let timer: NodeJS.Timeout | undefined;
-  const quiet = new Promise<typeof QUIET>((resolve) => {
-    timer = setTimeout(resolve, ms, QUIET);
-  });
-  try {
-    return await Promise.race([pending, quiet]);
-  } finally {
-    clearTimeout(timer);
+/**
+ * Tells a relay waiting on its upstream that `ms` have passed since it last heard from it: one timer per stream,
+ * pushed back (refreshed) as events come, and a promise made anew only once it has fired — not a timer and a
+ * promise per chunk on the hot path.
+ */
+class Silence {
+  readonly #ms: number;
+  #timer: NodeJS.Timeout | null = null;
+  #quiet: Promise<typeof QUIET> | null = null;
+  #wake: ((value: typeof QUIET) => void) | null = null;
+
+  constructor(ms: number) {
+    this.#ms = ms;
   }
-};
+
+  /** Resolves with QUIET once `ms` pass without `heard()`. */
+  get quiet(): Promise<typeof QUIET> {
+    if (this.#quiet === null) {
+      this.#quiet = new Promise((resolve) => {
+        this.#wake = resolve;
+      });
+      if (this.#timer === null) {
+        this.#timer = setTimeout(() => this.#fire(), this.#ms);
+        this.#timer.unref();
+      } else this.#timer.refresh();
+    }
+    return this.#quiet;
+  }
+
+  heard(): void {
+    this.#timer?.refresh();
+  }
+
+  stop(): void {
+    if (this.#timer !== null) clearTimeout(this.#timer);
+  }
+
+  #fire(): void {
+    const wake = this.#wake;
+    this.#quiet = null;
+    this.#wake = null;
+    wake?.(QUIET);
+  }
+}
 
 async function* relay(
   stream: ChatStream,
@@ -173,30 +205,32 @@ async function* relay(
   let lastData: string | null = null;
   let finished = false;
   const upstream = stream[Symbol.asyncIterator]();
+  const silence = new Silence(keepAliveMs);
   try {
     for (;;) {
-      // Only errors from the upstream side are caught here. When the client goes away, the stream machinery
-      // throws into this generator at a `yield` instead; that unwinds to `finally` as an abort.
       let next: IteratorResult<ChatStreamEvent, void> | typeof QUIET;
       const pending = upstream.next();
-      // A client gone during a keep-alive returns this generator at that `yield`, with the read still pending: its
+      // A client gone during a keep-alive ends this generator at that `yield`, with the read still pending: its
       // failure (the body closes the upstream) is nobody's to handle.
       pending.catch(() => {});
-      try {
-        next = await nextOrQuiet(pending, keepAliveMs);
-        while (next === QUIET) {
-          yield KEEP_ALIVE_FRAME;
-          next = await nextOrQuiet(pending, keepAliveMs);
+      for (;;) {
+        // Only errors from the upstream side are caught here. When the client goes away, the stream machinery
+        // throws into this generator at a `yield` instead; that unwinds to `finally` as an abort.
+        try {
+          next = await Promise.race([pending, silence.quiet]);
+        } catch (error) {
+          const cause = failureOf(progress, error);
+          if (cause === null) return; // the client left: an abort, recorded below
+          finished = true;
+          if (progress.outOfTime) call.cutAtDeadline(tally.billed());
+          else call.interrupted(cause, tally.reported);
+          yield errorFrame(cause);
+          return;
         }
-      } catch (error) {
-        const cause = failureOf(progress, error);
-        if (cause === null) return; // the client left: an abort, recorded below
-        finished = true;
-        if (progress.outOfTime) call.cutAtDeadline(tally.billed());
-        else call.interrupted(cause, tally.reported);
-        yield errorFrame(cause);
-        return;
+        if (next !== QUIET) break;
+        yield KEEP_ALIVE_FRAME;
       }
+      silence.heard();
       if (next.done) break;
       const event = next.value;
       lastData = event.data;
@@ -222,6 +256,7 @@ async function* relay(
     } else call.succeeded(tally.reported);
     yield DONE_FRAME;
   } finally {
+    silence.stop();
     // Unfinished here means the consumer stopped reading: the client went away.
     if (!finished) call.aborted(tally.billed());
     stream.close();

@@ -266,12 +266,15 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
  * How long a busy upstream asks to be left alone: `retry-after-ms` (OpenAI's, precise) before `retry-after`
  * (seconds, or an HTTP date). Null when it says nothing usable; routing then assumes a second.
  */
+/** A non-negative decimal number, as both headers write theirs (`Number('')` would read an empty one as 0). */
+const SECONDS = /^\s*\d+(\.\d+)?\s*$/;
+
 export const retryAfterMs = (headers: IncomingHttpHeaders, now = Date.now()): number | null => {
-  const ms = Number(headers['retry-after-ms']);
-  if (headers['retry-after-ms'] !== undefined && Number.isFinite(ms) && ms >= 0) return ms;
+  const precise = headers['retry-after-ms'];
+  if (typeof precise === 'string' && SECONDS.test(precise)) return Number(precise);
   const value = headers['retry-after'];
   if (typeof value !== 'string' || value.trim() === '') return null;
-  if (/^\s*\d+(\.\d+)?\s*$/.test(value)) return Number(value) * 1000;
+  if (SECONDS.test(value)) return Number(value) * 1000;
   // An HTTP date names its weekday and month ("Sun, 29 Nov 2026 12:00:20 GMT"); Date.parse alone would also take
   // "-3" as a year.
   const at = /[a-z]{3}/i.test(value) ? Date.parse(value) : Number.NaN;

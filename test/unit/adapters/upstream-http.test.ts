@@ -130,6 +130,7 @@ describe('retryAfterMs: when a busy upstream says to come back', () => {
       expect(retryAfterMs(headers, now)).toBeNull();
     // An unusable precise header falls back to the plain one.
     expect(retryAfterMs({ 'retry-after-ms': 'x', 'retry-after': '2' }, now)).toBe(2000);
+    expect(retryAfterMs({ 'retry-after-ms': '', 'retry-after': '2' }, now)).toBe(2000);
   });
 });
 

@@ -57,10 +57,11 @@ describe('what a usage report can bill', () => {
     expect(billableChatUsage(prepared, report)).toBe(report);
   });
 
-  it('holds a text prompt to twice its bytes plus a template allowance, never below our estimate', () => {
+  it('holds a text prompt to twice the bytes it sends plus a template allowance, never below our estimate', () => {
     const prepared = prepareChat(request({ max_tokens: 50 }), chatModel(), wordCounter);
-    // "hello there": 11 bytes; 3 priming and 3 for the message, counted 8 times over; 4096 for the template.
-    const ceiling = 4096 + 2 * 11 + 8 * (3 + 3);
+    // Everything a template can render, as JSON: 54 bytes; 4096 for the template.
+    const sent = '{"messages":[{"role":"user","content":"hello there"}]}';
+    const ceiling = 4096 + 2 * sent.length;
     expect(promptCeiling(prepared)).toBe(ceiling);
     expect(billableChatUsage(prepared, usage(1_000_000_000, 10, 1_000_000_000))).toMatchObject({
       promptTokens: ceiling,
@@ -70,6 +71,28 @@ describe('what a usage report can bill', () => {
     // A small context window bounds it further.
     const small = prepareChat(request({ max_tokens: 50 }), chatModel({ contextWindow: 100 }), wordCounter);
     expect(promptCeiling(small)).toBe(100);
+  });
+
+  it('counts what a template may render beyond the text we estimate: tool call ids, the tool choice', () => {
+    const plain = prepareChat(request({ max_tokens: 50 }), chatModel(), wordCounter);
+    const id = 'call_'.padEnd(20_000, 'x');
+    const withTool = prepareChat(
+      request({
+        max_tokens: 50,
+        messages: [
+          { role: 'user', content: 'hello there' },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ id, type: 'function', function: { name: 'f', arguments: '{}' } }],
+          },
+          { role: 'tool', tool_call_id: id, content: 'ok' },
+        ],
+      }),
+      chatModel({ contextWindow: 1_000_000 }),
+      wordCounter,
+    );
+    expect(promptCeiling(withTool)).toBeGreaterThan(promptCeiling(plain) + 4 * 20_000);
   });
 
   it('holds a prompt with an image to the context window only: an image’s tokens have no byte bound', () => {

@@ -1,10 +1,11 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { outputOf } from '#adapters/upstream/openai-compatible.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { prepareChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { chatModel, wordCounter } from '#test/fixtures.ts';
+import { stallingUpstream } from '#test/stalling.ts';
 
 /**
  * CloudFront cuts a response that sends nothing for 60 s — between packets too — and a model that reasons before
@@ -37,15 +38,17 @@ const REPLY = [
   chunk({}, 'stop'),
 ];
 
-const read = async (stream: ChatStream, keepAliveMs: number) => {
-  const call = new CallRecorder('chat.completions', 'req_keepalive', { now: () => Date.now() });
-  const prepared = prepareChat(
+const prepared = () =>
+  prepareChat(
     { model: 'famA-test', messages: [{ role: 'user', content: 'think hard' }], stream: true },
     chatModel(),
     wordCounter,
   );
+
+const read = async (stream: ChatStream, keepAliveMs: number) => {
+  const call = new CallRecorder('chat.completions', 'req_keepalive', { now: () => Date.now() });
   let text = '';
-  for await (const piece of chatEventStream(stream, prepared, call, wordCounter, undefined, keepAliveMs))
+  for await (const piece of chatEventStream(stream, prepared(), call, wordCounter, undefined, keepAliveMs))
     text += String(piece);
   return { text, call };
 };
@@ -68,5 +71,43 @@ describe('a stream that goes quiet', () => {
     const { text } = await read(pausingUpstream(REPLY, 0), 10_000);
     expect(text).not.toContain(': keep-alive');
     expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+  });
+
+  /** An upstream that sends its opening and first text, then thinks until it is closed. */
+  const thinking = () =>
+    stallingUpstream<ChatStreamEvent>(
+      REPLY.slice(0, 2).map((data) => ({ data, usage: null, usageOnly: false, output: outputOf(data) })),
+      2,
+    );
+
+  it('still sees a client that leaves while only keep-alives flow: aborted, charged what it got, upstream closed', async () => {
+    const upstream = thinking();
+    const call = new CallRecorder('chat.completions', 'req_gone', { now: () => Date.now() });
+    let text = '';
+    for await (const piece of chatEventStream(upstream, prepared(), call, wordCounter, undefined, 20)) {
+      text += String(piece);
+      if (text.includes(': keep-alive')) break; // the client hangs up
+    }
+    // The hang-up reaches the relay as the body is destroyed, a few turns after the loop left it.
+    await vi.waitFor(() =>
+      expect(call.settlement()).toMatchObject({ outcome: 'client_aborted', usage: { completionTokens: 2 } }),
+    );
+    expect(upstream.closed).toBe(true);
+  });
+
+  it('ends at the call’s deadline with an error event while only keep-alives flow', async () => {
+    const upstream = thinking();
+    const call = new CallRecorder('chat.completions', 'req_cut', { now: () => Date.now() });
+    call.endBy = Date.now() + 150;
+    let text = '';
+    for await (const piece of chatEventStream(upstream, prepared(), call, wordCounter, undefined, 20))
+      text += String(piece);
+    expect(text).toContain(': keep-alive');
+    expect(text.trimEnd().split('\n\n').at(-1)).toMatch(/^data: \{"error":/);
+    expect(upstream.closed).toBe(true);
+    expect(call.settlement()).toMatchObject({
+      outcome: 'client_aborted',
+      fault: { detail: expect.stringMatching(/deadline/) },
+    });
   });
 });
