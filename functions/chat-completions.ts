@@ -11,7 +11,7 @@ import type { ChatCompletionResult, UpstreamCall } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { JSON_HEADERS } from '#http/handler.ts';
-import { inferenceHandler } from '#http/inference-handler.ts';
+import { inferenceHandler, logHeldReport } from '#http/inference-handler.ts';
 import { header, jsonBody } from '#http/lambda.ts';
 import { parseChatRequest } from '#http/schemas/chat-completions.ts';
 import { SSE_HEADERS } from '#http/sse.ts';
@@ -35,18 +35,8 @@ export const createHandler = (container: () => Container) =>
       affordableMaxTokens: (available: number) =>
         affordableCompletionTokens(resolved.model, prepared.promptTokens, prepared.choices, available),
     };
-    // A report above what the call can be billed (its completion cap, its prompt's ceiling) is billed at those
-    // (ADR 0002); the excess is the provider's, for whoever reconciles with it to find in the log. Counts and ids
-    // only: nothing of the request.
-    const reportedUsage = (usage: Usage, billed: Usage) => {
-      if (billed !== usage)
-        c.log.warn('upstream reported more than the call can be billed; billed at its limits', {
-          requestId: call.requestId,
-          deployment: call.deployment?.id ?? null,
-          reported: { promptTokens: usage.promptTokens, completionTokens: usage.completionTokens },
-          billed: { promptTokens: billed.promptTokens, completionTokens: billed.completionTokens },
-        });
-    };
+    // A report above what the call can be billed (its completion cap, its prompt's ceiling) is billed at those.
+    const reportedUsage = (usage: Usage, billed: Usage) => logHeldReport(c.log, call, usage, billed);
     const upstream = (deployment: Deployment, keyIndex: number, signal: AbortSignal): UpstreamCall => ({
       deployment,
       keyIndex,

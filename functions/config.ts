@@ -1,6 +1,5 @@
 import { DEFAULT_HEALTH_POLICY, type HealthPolicy } from '#core/health.ts';
 import { DEFAULT_PRICE_MIN_MARGIN } from '#core/price-floor.ts';
-import { KEEP_ALIVE_MS } from '#http/chat-stream.ts';
 import { buckets, queues, type TableId, tables } from '#lib/resources.ts';
 
 /**
@@ -93,6 +92,15 @@ export const TUNABLE_ENV: readonly string[] = [
   'CIRCUIT_COOLDOWN_MS',
   'CIRCUIT_MAX_COOLDOWN_MS',
 ];
+
+/**
+ * How long a stream may go without sending the client anything before it sends an SSE comment. What is in front of
+ * the function cuts a response silent for longer than its read timeout — CloudFront's 60 s (between packets, not
+ * only before the first), the REST API's idle timeout — and a model reasoning before it writes (hidden reasoning,
+ * Anthropic's thinking, an upstream's own keep-alives, which are not relayed) can be silent for minutes.
+ * Clients and SDKs ignore comments.
+ */
+export const DEFAULT_STREAM_KEEP_ALIVE_MS = 15_000;
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -217,7 +225,7 @@ export const loadConfig = (env: Env): Config => ({
     maxAttempts: integer(env, 'UPSTREAM_MAX_ATTEMPTS', 6, 1, MAX_UPSTREAM_ATTEMPTS),
     connectionsPerOrigin: integer(env, 'UPSTREAM_CONNECTIONS_PER_ORIGIN', 256, 1),
   },
-  streamKeepAliveMs: integer(env, 'STREAM_KEEP_ALIVE_MS', KEEP_ALIVE_MS, 1),
+  streamKeepAliveMs: integer(env, 'STREAM_KEEP_ALIVE_MS', DEFAULT_STREAM_KEEP_ALIVE_MS, 1),
   settlementLingerMs: integer(env, 'SETTLEMENT_LINGER_MS', 0),
   settlementParallelism: integer(env, 'SETTLEMENT_PARALLELISM', 4, 1),
   logLevel: logLevel(env),

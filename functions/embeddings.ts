@@ -7,7 +7,7 @@ import {
 } from '#core/embeddings.ts';
 import { costOf } from '#core/pricing.ts';
 import { JSON_HEADERS } from '#http/handler.ts';
-import { inferenceHandler } from '#http/inference-handler.ts';
+import { inferenceHandler, logHeldReport } from '#http/inference-handler.ts';
 import { header, jsonBody } from '#http/lambda.ts';
 import { parseEmbeddingsRequest } from '#http/schemas/embeddings.ts';
 import { type Container, containerFromEnv } from './container.ts';
@@ -44,13 +44,8 @@ export const createHandler = (container: () => Container) =>
       },
     });
     const usage = embeddingsUsage(prepared, result.promptTokens);
-    if (result.promptTokens !== null && usage.promptTokens < result.promptTokens)
-      c.log.warn('upstream reported more than the call can be billed; billed at its limits', {
-        requestId: call.requestId,
-        deployment: call.deployment?.id ?? null,
-        reported: { promptTokens: result.promptTokens },
-        billed: { promptTokens: usage.promptTokens },
-      });
+    if (result.promptTokens !== null)
+      logHeldReport(c.log, call, { ...usage, promptTokens: result.promptTokens }, usage);
     call.succeeded(usage);
     return {
       statusCode: 200,

@@ -4,8 +4,13 @@
  * Plain data and parsing only: importable without `aws-cdk-lib`. Every key is documented in the README
  * ("Deploy to AWS").
  */
-import { LOG_LEVELS, type LogLevel, loadConfig, TUNABLE_ENV } from '#functions/config.ts';
-import { KEEP_ALIVE_MS } from '#http/chat-stream.ts';
+import {
+  DEFAULT_STREAM_KEEP_ALIVE_MS,
+  LOG_LEVELS,
+  type LogLevel,
+  loadConfig,
+  TUNABLE_ENV,
+} from '#functions/config.ts';
 import { type FunctionDefinition, functions, timeoutOf } from './functions.ts';
 import { queues, tables } from './resources.ts';
 
@@ -212,7 +217,7 @@ export const stageConfig = (context: Context): StageConfig => {
   if (streamKeepAliveMs >= cdnReadTimeoutSeconds * 1000)
     fail(
       'functionEnv',
-      `STREAM_KEEP_ALIVE_MS (default ${KEEP_ALIVE_MS}) under cdnReadTimeoutSeconds (${cdnReadTimeoutSeconds} s), or CloudFront cuts quiet streams`,
+      `STREAM_KEEP_ALIVE_MS (default ${DEFAULT_STREAM_KEEP_ALIVE_MS}) under cdnReadTimeoutSeconds (${cdnReadTimeoutSeconds} s), or CloudFront cuts quiet streams`,
       streamKeepAliveMs,
     );
 

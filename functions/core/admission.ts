@@ -4,6 +4,7 @@ import {
   AuthenticationError,
   InsufficientBalanceError,
   RateLimitError,
+  retryAfterHeaders,
   ServiceUnavailableError,
 } from './errors.ts';
 import {
@@ -302,28 +303,27 @@ export class Admission {
       // margin there charged a second's worth of every drained limit after each refunded estimate.
       const marginUs = attempt > 2 ? RETRY_MARGIN_US : 0;
       // A dimension this call takes nothing of is neither charged nor conditioned on (checkDimension).
-      const dimensions: DimensionUpdate[] = checks
-        .filter((c) => charges[c.dimension] > 0)
-        .map((c) => {
-          const tat = known[c.dimension];
-          if (tat !== undefined && tat > nowUs)
-            return {
-              dimension: c.dimension,
-              form: 'increment',
-              nowUs,
-              incrementUs: c.incrementUs,
-              maxPriorTatUs: c.maxPriorTatUs,
-            };
-          // The margin only where the charge plus the margin still fits the bucket.
-          const startUs = nowUs + (c.maxPriorTatUs - nowUs >= marginUs ? marginUs : 0);
+      const charged = checks.filter((c) => charges[c.dimension] > 0);
+      const dimensions: DimensionUpdate[] = charged.map((c) => {
+        const tat = known[c.dimension];
+        if (tat !== undefined && tat > nowUs)
           return {
             dimension: c.dimension,
-            form: 'fresh',
-            nowUs: startUs,
+            form: 'increment',
+            nowUs,
             incrementUs: c.incrementUs,
             maxPriorTatUs: c.maxPriorTatUs,
           };
-        });
+        // The margin only where the charge plus the margin still fits the bucket.
+        const startUs = nowUs + (c.maxPriorTatUs - nowUs >= marginUs ? marginUs : 0);
+        return {
+          dimension: c.dimension,
+          form: 'fresh',
+          nowUs: startUs,
+          incrementUs: c.incrementUs,
+          maxPriorTatUs: c.maxPriorTatUs,
+        };
+      });
       const hold =
         request.holdAmount > 0
           ? { amount: request.holdAmount, expiresAt: nowMs + this.#options.holdTtlMs }
@@ -346,13 +346,13 @@ export class Admission {
       if (result.ok) {
         // A dimension the call took nothing of is as it was (known).
         const after: BucketState = { ...known };
-        for (const update of dimensions) {
-          const c = checks.find((check) => check.dimension === update.dimension) as DimensionCheck;
+        charged.forEach((c, i) => {
+          const update = dimensions[i] as DimensionUpdate;
           const guessed = update.form === 'fresh' ? update.nowUs + update.incrementUs : c.newTatUs;
           // The store's condition kept the new TAT within the bucket; a guess above that was stale (a refund this
           // instance had not heard of), and the store's value is at most the bound.
           after[c.dimension] = Math.min(guessed, nowUs + capacityUs(c.dimension, limits[c.dimension]));
-        }
+        });
         this.#remember(principal.accountId, { state: after, limits, gen: profile.limitsGen });
         return {
           hold: hold ? { id: request.requestId, amount: hold.amount } : null,
@@ -439,7 +439,6 @@ export class Admission {
     const label = DIMENSION_LABELS[check.dimension];
     const limit = limits[check.dimension];
     const status = statusOf(check.dimension, limit, state[check.dimension], nowUs);
-    const retrySeconds = Math.max(1, Math.ceil(check.retryAfterUs / 1_000_000));
     const message = check.exceedsLimit
       ? `Request too large for ${label}: Limit ${limit}, Requested ${charges[check.dimension]}. Reduce the prompt or max_tokens.`
       : `Rate limit reached for ${label}: Limit ${limit}, Used ${limit - status.remaining}, Requested ${charges[check.dimension]}. Please try again in ${formatDuration(check.retryAfterUs)}.`;
@@ -448,12 +447,7 @@ export class Admission {
       // A request larger than the limit itself never fits: no retry time, which clients (the openai SDKs honour
       // retry-after-ms) would take as an invitation to retry in vain; and the header OpenAI's SDKs read before
       // the status, since they retry any 429 that does not forbid it.
-      ...(check.exceedsLimit
-        ? { 'x-should-retry': 'false' }
-        : {
-            'retry-after': String(retrySeconds),
-            'retry-after-ms': String(Math.ceil(check.retryAfterUs / 1000)),
-          }),
+      ...(check.exceedsLimit ? { 'x-should-retry': 'false' } : retryAfterHeaders(check.retryAfterUs / 1000)),
     });
   }
 }

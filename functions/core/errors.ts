@@ -170,6 +170,15 @@ export class ServiceUnavailableError extends ApiError {
   }
 }
 
+/**
+ * When to come back, as clients read it: `Retry-After` in whole seconds (at least 1, as SDKs floor to it anyway)
+ * and OpenAI's precise `retry-after-ms`.
+ */
+export const retryAfterHeaders = (ms: number): Record<string, string> => ({
+  'retry-after': String(Math.max(1, Math.ceil(ms / 1000))),
+  'retry-after-ms': String(Math.ceil(ms)),
+});
+
 /** 429: the account's own limit (spec §8), with `Retry-After` and the `x-ratelimit-*` headers. */
 export class RateLimitError extends ApiError {
   override readonly name = 'RateLimitError';

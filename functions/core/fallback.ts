@@ -3,6 +3,7 @@ import {
   DeadlineError,
   EngineOverloadedError,
   InvalidRequestError,
+  retryAfterHeaders,
   UpstreamFaultError,
 } from './errors.ts';
 import type { Clock, Random } from './ports.ts';
@@ -249,12 +250,10 @@ const DEFAULT_RETRY_MS = 1_000;
 const MAX_RETRY_MS = 60_000;
 
 /** Retry-After for an all-busy 429: the soonest any busy deployment said it would take calls, within bounds. */
-const retryHeaders = (soonestMs: number): Record<string, string> => {
-  const ms = Math.ceil(
+const retryHeaders = (soonestMs: number): Record<string, string> =>
+  retryAfterHeaders(
     Math.min(MAX_RETRY_MS, Math.max(1, Number.isFinite(soonestMs) ? soonestMs : DEFAULT_RETRY_MS)),
   );
-  return { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))), 'retry-after-ms': String(ms) };
-};
 
 const exhausted = (attempts: readonly Attempt[], last: UpstreamFailure | null, soonestMs: number): never => {
   const failed = attempts.filter((a) => a.outcome !== 'ok');

@@ -1,4 +1,4 @@
-import { EngineOverloadedError, ServiceUnavailableError } from './errors.ts';
+import { EngineOverloadedError, retryAfterHeaders, ServiceUnavailableError } from './errors.ts';
 import type { HealthBoard, ProbeToken } from './health.ts';
 import type { Random } from './ports.ts';
 import type { Deployment } from './registry.ts';
@@ -55,10 +55,7 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
   // When a request may next find a deployment to try: the earliest half-open. SDKs retry on Retry-After, and a
   // hint of 1 s for a 15 s cool-down (up to 5 min after failed probes) spends their retries in vain.
   const waitMs = Math.max(1, Math.min(...deployments.map((d) => health.reopensInMs(d.id))));
-  const retry = {
-    'retry-after': String(Math.ceil(waitMs / 1000)),
-    'retry-after-ms': String(Math.ceil(waitMs)),
-  };
+  const retry = retryAfterHeaders(waitMs);
   if (deployments.every((d) => health.reason(d.id) === 'overloaded')) {
     throw new EngineOverloadedError({ headers: retry });
   }

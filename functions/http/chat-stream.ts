@@ -4,6 +4,7 @@ import { billableChatUsage, completionLimit, type PreparedChat } from '#core/cha
 import type { TokenCounter } from '#core/ports.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
+import { DEFAULT_STREAM_KEEP_ALIVE_MS } from '#functions/config.ts';
 import { failureOf, type RelayProgress, relayBody } from './relay-body.ts';
 import { DONE_FRAME, errorFrame, frame } from './sse.ts';
 
@@ -19,7 +20,7 @@ export const chatEventStream = (
   tokens: TokenCounter,
   /** Sees each usage report as the upstream sent it, and as it is billed (the same object when within limits). */
   onReport: (usage: Usage, billed: Usage) => void = () => {},
-  keepAliveMs = KEEP_ALIVE_MS,
+  keepAliveMs = DEFAULT_STREAM_KEEP_ALIVE_MS,
 ): Readable => {
   const progress: RelayProgress = { started: false };
   const tally = new StreamTally(prepared, tokens, onReport);
@@ -135,14 +136,6 @@ const unescaped = (contents: string): string => {
   }
 };
 
-/**
- * How long a stream may go without sending the client anything before it sends an SSE comment. What is in front of
- * the function cuts a response silent for longer than its read timeout — CloudFront's 60 s (between packets, not
- * only before the first), the REST API's idle timeout — and a model reasoning before it writes (hidden reasoning,
- * Anthropic's thinking, an upstream's own keep-alives, which are not relayed) can be silent for minutes.
- * Clients and SDKs ignore comments.
- */
-export const KEEP_ALIVE_MS = 15_000;
 const KEEP_ALIVE_FRAME = ': keep-alive\n\n';
 
 const QUIET = Symbol('quiet');

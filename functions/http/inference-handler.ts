@@ -4,6 +4,7 @@ import { countUpstreamCalls } from '#core/fallback.ts';
 import type { SettlementSink } from '#core/ports.ts';
 import type { ModelKind } from '#core/registry.ts';
 import type { Endpoint, SettlementRecord } from '#core/settlement.ts';
+import type { Usage } from '#core/usage.ts';
 import type { Container } from '#functions/container.ts';
 import { afterResponse } from './after-response.ts';
 import { httpHandler } from './handler.ts';
@@ -148,6 +149,26 @@ export const headerValue = (text: string): string => {
         : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
   }
   return encoded;
+};
+
+/**
+ * Logs a usage report held to what the call can be billed (ADR 0002): the excess is the provider's, for whoever
+ * reconciles with it. Counts and ids only, nothing of the request. Nothing when the report was billed as it came.
+ */
+export const logHeldReport = (
+  log: Pick<Container['log'], 'warn'>,
+  call: CallRecorder,
+  reported: Usage,
+  billed: Usage,
+): void => {
+  if (reported.promptTokens === billed.promptTokens && reported.completionTokens === billed.completionTokens)
+    return;
+  log.warn('upstream reported more than the call can be billed; billed at its limits', {
+    requestId: call.requestId,
+    deployment: call.deployment?.id ?? null,
+    reported: { promptTokens: reported.promptTokens, completionTokens: reported.completionTokens },
+    billed: { promptTokens: billed.promptTokens, completionTokens: billed.completionTokens },
+  });
 };
 
 /** Kept after the settlement send gives up waiting, for the log line and the invocation's end. */

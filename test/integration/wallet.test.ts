@@ -3,13 +3,11 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DynamoAccounting, TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
 import { BalanceCeilingError, MAX_BALANCE_NANO, TopUpAmountError } from '#core/accounting.ts';
 import { Admission, type Admitted } from '#core/admission.ts';
-import type { Authenticator, Principal } from '#core/authenticator.ts';
+import type { Principal } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { InsufficientBalanceError, RateLimitError, ServiceUnavailableError } from '#core/errors.ts';
-import { Gateway } from '#core/gateway.ts';
 import { usdToNano } from '#core/pricing.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
-import type { Catalog } from '#core/registry.ts';
 import { type AdmissionRef, planSettlement, tokenCorrectionOf } from '#core/settlement.ts';
 import { loadConfig } from '#functions/config.ts';
 import { createContainer } from '#functions/container.ts';
@@ -18,7 +16,7 @@ import { tables as tableDefinitions } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { invocationContext } from '#local/function-url.ts';
 import { type AccountingHarness, accountingHarness, chatSettlement } from '#test/accounting.ts';
-import { chatModel, deployment, manualAlarms } from '#test/fixtures.ts';
+import { chatModel, deployment, testGateway } from '#test/fixtures.ts';
 
 let h: AccountingHarness;
 beforeAll(async () => {
@@ -249,15 +247,7 @@ describe('top-ups', () => {
 describe('admission and settlement', () => {
   it('gives back at settlement a hold an admission took without answering (its reply lost), not half an hour on', async () => {
     const id = await newAccount(1);
-    const gateway = new Gateway({
-      authenticator: {} as Authenticator,
-      admission: h.admission,
-      catalog: async () => ({}) as Catalog,
-      clock: h.clock,
-      alarms: manualAlarms(),
-      random: () => 0,
-      maxAttempts: 1,
-    });
+    const gateway = testGateway({ admission: h.admission, clock: h.clock, maxAttempts: 1 });
     const call = new CallRecorder('chat.completions', `lost-${id}`, h.clock);
     call.principal = principal(id);
     // The store commits the admission, and its reply is lost: the client is told the store is unreachable.

@@ -1,8 +1,10 @@
 import type { AccountProfile } from '#core/accounting.ts';
+import type { Authenticator } from '#core/authenticator.ts';
+import { Gateway, type GatewayDeps } from '#core/gateway.ts';
 import type { HealthPolicy } from '#core/health.ts';
 import type { Clock } from '#core/ports.ts';
 import { RefreshingCache } from '#core/refreshing-cache.ts';
-import type { Deployment, Model } from '#core/registry.ts';
+import type { Catalog, Deployment, Model } from '#core/registry.ts';
 import { type Config, loadConfig } from '#functions/config.ts';
 import { tables } from '#lib/resources.ts';
 
@@ -68,6 +70,21 @@ export const manualAlarms = (start = 1_000_000) => {
     },
   };
 };
+
+/**
+ * A gateway for routing and admission tests: no keys to check, no catalog (callers pass what `resolve` would
+ * return), no admission unless given, a manual clock and alarms, and the first choice of every random pick.
+ */
+export const testGateway = (deps: Partial<GatewayDeps> & Pick<GatewayDeps, 'clock'>): Gateway =>
+  new Gateway({
+    authenticator: {} as Authenticator,
+    admission: null,
+    catalog: async () => ({}) as Catalog,
+    alarms: manualAlarms(),
+    random: () => 0,
+    maxAttempts: 3,
+    ...deps,
+  });
 
 /** Admission's account profiles where every account exists and is trusted, at the trusted tier's limits. */
 export const trustedAccounts = (clock: Clock, ttlMs = 60_000) =>

@@ -1,19 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import type { AccountingStore, AdmitResult } from '#core/accounting.ts';
 import { Admission, type AdmissionRequest } from '#core/admission.ts';
-import type { Authenticator } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { InsufficientBalanceError, ServiceUnavailableError, UpstreamFaultError } from '#core/errors.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
-import { type BilledCall, Gateway } from '#core/gateway.ts';
+import type { BilledCall } from '#core/gateway.ts';
 import { HealthBoard } from '#core/health.ts';
-import type { Catalog } from '#core/registry.ts';
 import {
   chatModel,
   deployment,
-  manualAlarms,
   manualClock,
   TEST_HEALTH_POLICY,
+  testGateway,
   trustedAccounts,
 } from '#test/fixtures.ts';
 
@@ -68,16 +66,7 @@ const setup = () => {
     maxAttempts: 1,
   });
   const health = new RecordingHealth(TEST_HEALTH_POLICY, clock);
-  const gateway = new Gateway({
-    authenticator: {} as Authenticator,
-    admission,
-    catalog: async () => ({}) as Catalog,
-    clock,
-    alarms: manualAlarms(),
-    random: () => 0,
-    maxAttempts: 3,
-    health,
-  });
+  const gateway = testGateway({ admission, clock, health });
   const resolved = { model: chatModel(), deployments: [deployment({ id: 'a' })] };
   let n = 0;
   const call = (principal = PRINCIPAL) => {

@@ -1,10 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { Authenticator } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { DeadlineError } from '#core/errors.ts';
-import { Gateway } from '#core/gateway.ts';
-import type { Catalog, Deployment } from '#core/registry.ts';
-import { chatModel, deployment, manualAlarms, manualClock } from '#test/fixtures.ts';
+import type { Deployment } from '#core/registry.ts';
+import { chatModel, deployment, manualAlarms, manualClock, testGateway } from '#test/fixtures.ts';
 
 /**
  * A call's route stops at its deadline: the function's end (`endBy`), or sooner when what is in front of the
@@ -14,15 +12,7 @@ import { chatModel, deployment, manualAlarms, manualClock } from '#test/fixtures
 const setup = () => {
   const alarms = manualAlarms();
   const clock = manualClock();
-  const gateway = new Gateway({
-    authenticator: {} as Authenticator,
-    admission: null,
-    catalog: async () => ({}) as Catalog,
-    clock,
-    alarms,
-    random: () => 0,
-    maxAttempts: 3,
-  });
+  const gateway = testGateway({ clock, alarms });
   const resolved = { model: chatModel(), deployments: [deployment({ id: 'a' }), deployment({ id: 'b' })] };
   const call = new CallRecorder('chat.completions', 'req_deadline', clock);
   const tried: string[] = [];

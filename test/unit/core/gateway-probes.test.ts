@@ -1,12 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import type { Authenticator } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
-import { Gateway } from '#core/gateway.ts';
 import { HealthBoard } from '#core/health.ts';
 import type { Warn } from '#core/ports.ts';
-import type { Catalog } from '#core/registry.ts';
-import { chatModel, deployment, manualAlarms, manualClock, TEST_HEALTH_POLICY } from '#test/fixtures.ts';
+import {
+  chatModel,
+  deployment,
+  manualAlarms,
+  manualClock,
+  TEST_HEALTH_POLICY,
+  testGateway,
+} from '#test/fixtures.ts';
 
 const POLICY = TEST_HEALTH_POLICY;
 
@@ -20,18 +24,7 @@ const gatewayOn = (
   health?: HealthBoard,
   warn?: Warn,
   alarms = manualAlarms(),
-) =>
-  new Gateway({
-    authenticator: {} as Authenticator,
-    admission: null,
-    catalog: async () => ({}) as Catalog,
-    clock,
-    alarms,
-    random: () => 0,
-    maxAttempts: 3,
-    ...(health ? { health } : {}),
-    ...(warn ? { warn } : {}),
-  });
+) => testGateway({ clock, alarms, ...(health ? { health } : {}), ...(warn ? { warn } : {}) });
 
 const setup = () => {
   const clock = manualClock();

@@ -1,7 +1,9 @@
 import { validateHeaderValue } from 'node:http';
 import { describe, expect, it } from 'vitest';
+import { CallRecorder } from '#core/call-recorder.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
-import { firstByteBy, headerValue, sendSettlement } from '#http/inference-handler.ts';
+import type { Usage } from '#core/usage.ts';
+import { firstByteBy, headerValue, logHeldReport, sendSettlement } from '#http/inference-handler.ts';
 
 /**
  * `x-svc-served-model` shows the registry's upstream model name. A name the HTTP runtime refuses as a header
@@ -109,5 +111,36 @@ describe('sendSettlement', () => {
     // A send that never ends: without the budget this would wait forever (the test's own timeout).
     await sendSettlement({ settlements: { send: () => new Promise<void>(() => {}) }, log }, record, 20);
     expect(lines).toEqual([{ message: expect.stringMatching(/not acknowledged/), fields: { record } }]);
+  });
+});
+
+describe('logHeldReport', () => {
+  const usage = (promptTokens: number, completionTokens: number): Usage => ({
+    promptTokens,
+    completionTokens,
+    cachedPromptTokens: 0,
+    reasoningTokens: 0,
+    source: 'upstream',
+  });
+  const warnings = () => {
+    const lines: unknown[] = [];
+    return { lines, log: { warn: (message: string, fields?: object) => lines.push({ message, ...fields }) } };
+  };
+  const call = new CallRecorder('chat.completions', 'req_held', { now: () => 0 });
+
+  it('logs the counts reported and billed, and only when they differ', () => {
+    const { lines, log } = warnings();
+    logHeldReport(log, call, usage(10, 5), usage(10, 5));
+    expect(lines).toEqual([]);
+    logHeldReport(log, call, usage(1_000_000_000, 5), usage(4_200, 5));
+    expect(lines).toEqual([
+      {
+        message: expect.stringMatching(/billed at its limits/),
+        requestId: 'req_held',
+        deployment: null,
+        reported: { promptTokens: 1_000_000_000, completionTokens: 5 },
+        billed: { promptTokens: 4_200, completionTokens: 5 },
+      },
+    ]);
   });
 });

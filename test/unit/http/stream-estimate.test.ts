@@ -4,6 +4,7 @@ import { CallRecorder } from '#core/call-recorder.ts';
 import { prepareChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
+import { chatEvent, chatChunk as chunk } from '#test/chat-chunks.ts';
 import { chatModel, wordCounter } from '#test/fixtures.ts';
 import { stallingUpstream } from '#test/stalling.ts';
 
@@ -13,15 +14,6 @@ import { stallingUpstream } from '#test/stalling.ts';
  * per chunk, or shows its reasoning (`reasoning_content`), was billed a fraction of what it produced — and a client
  * could abort a reasoning model's stream just before its usage report to get the reasoning for almost nothing.
  */
-
-const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
-  JSON.stringify({
-    id: 'c',
-    object: 'chat.completion.chunk',
-    created: 1,
-    model: 'm',
-    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-  });
 
 describe('the output a chunk carries (outputOf)', () => {
   it('takes text, shown reasoning, refusals and tool-call pieces, and not the opening empty content', () => {
@@ -67,10 +59,7 @@ describe('the output a chunk carries (outputOf)', () => {
 
 /** An upstream that sends these chunks and ends (no usage report), or stalls after `stallAfter` of them. */
 const upstreamOf = (chunks: readonly string[], stallAfter?: number): ChatStream =>
-  stallingUpstream<ChatStreamEvent>(
-    chunks.map((data) => ({ data, usage: null, usageOnly: false, output: outputOf(data) })),
-    stallAfter,
-  );
+  stallingUpstream<ChatStreamEvent>(chunks.map(chatEvent), stallAfter);
 
 const prepared = (maxTokens?: number) =>
   prepareChat(
@@ -140,7 +129,7 @@ describe('a stream billed on our count', () => {
       source: 'upstream' as const,
     };
     const events: ChatStreamEvent[] = [
-      ...REPLY.map((data) => ({ data, usage: null, usageOnly: false, output: outputOf(data) })),
+      ...REPLY.map(chatEvent),
       { data: JSON.stringify({ id: 'c', choices: [], usage: {} }), usage, usageOnly: true, output: [] },
     ];
     const seen: number[] = [];

@@ -1,9 +1,9 @@
 import { describe, expect, it, vi } from 'vitest';
-import { outputOf } from '#adapters/upstream/openai-compatible.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { prepareChat } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
+import { chatEvent, chatChunk as chunk } from '#test/chat-chunks.ts';
 import { chatModel, wordCounter } from '#test/fixtures.ts';
 import { stallingUpstream } from '#test/stalling.ts';
 
@@ -12,22 +12,13 @@ import { stallingUpstream } from '#test/stalling.ts';
  * it writes can be silent longer. A stream sends an SSE comment whenever it has sent nothing for a while.
  */
 
-const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
-  JSON.stringify({
-    id: 'c',
-    object: 'chat.completion.chunk',
-    created: 1,
-    model: 'm',
-    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-  });
-
 /** An upstream that pauses `pauseMs` before each event after the first, as a model thinking does. */
 const pausingUpstream = (chunks: readonly string[], pauseMs: number): ChatStream => ({
   close: () => {},
   async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent> {
     for (const [i, data] of chunks.entries()) {
       if (i > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
-      yield { data, usage: null, usageOnly: false, output: outputOf(data) };
+      yield chatEvent(data);
     }
   },
 });
@@ -74,11 +65,7 @@ describe('a stream that goes quiet', () => {
   });
 
   /** An upstream that sends its opening and first text, then thinks until it is closed. */
-  const thinking = () =>
-    stallingUpstream<ChatStreamEvent>(
-      REPLY.slice(0, 2).map((data) => ({ data, usage: null, usageOnly: false, output: outputOf(data) })),
-      2,
-    );
+  const thinking = () => stallingUpstream<ChatStreamEvent>(REPLY.slice(0, 2).map(chatEvent), 2);
 
   it('still sees a client that leaves while only keep-alives flow: aborted, charged what it got, upstream closed', async () => {
     const upstream = thinking();
