@@ -46,6 +46,22 @@ describe('spec §4 rule 2: svc-auto and svc-auto-pro answer in the user’s lang
   });
 });
 
+describe("LangChain's body (ChatOpenAI with max_tokens=10 sends max_completion_tokens)", () => {
+  it('is served with that cap, sent upstream as max_tokens and held to it', async () => {
+    const res = await chat('famA-v4.1-flash', {
+      n: 1,
+      temperature: 0.7,
+      stream: false,
+      max_completion_tokens: 10,
+    });
+    expect(res.status).toBe(200);
+    expect(upstreamBody().max_tokens).toBe(10);
+    expect(upstreamBody()).not.toHaveProperty('max_completion_tokens');
+    const body = (await res.json()) as { usage: { completion_tokens: number } };
+    expect(body.usage.completion_tokens).toBeLessThanOrEqual(10);
+  });
+});
+
 describe('spec §4 rule 1: reasoning only through a reasoning-tier model', () => {
   it('turns reasoning on upstream for svc-famF-max, and bills its reasoning tokens', async () => {
     const res = await chat('svc-famF-max');

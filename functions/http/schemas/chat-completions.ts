@@ -6,8 +6,10 @@ import { checkChatConsistency } from './chat-consistency.ts';
 
 /**
  * `POST /v1/chat/completions` body: the whitelist of spec §4, strictly. Any other top-level parameter —
- * `thinking`, `reasoning_effort`, `max_completion_tokens`, `logprobs`, … — is refused with a 400 naming it.
- * Message objects are strict too, so nothing unvetted reaches an upstream.
+ * `thinking`, `reasoning_effort`, `logprobs`, … — is refused with a 400 naming it. One name is taken beside the
+ * spec's: `max_completion_tokens`, OpenAI's current name for `max_tokens`, which LangChain sends in its place (ADR
+ * 0012); it is the same cap, and becomes `max_tokens` here. Message objects are strict too, so nothing unvetted
+ * reaches an upstream.
  */
 
 /**
@@ -161,13 +163,16 @@ const between = (min: number, max: number) =>
 /** Most choices one request may ask for (OpenAI's bound); each multiplies the completion's worst-case cost. */
 export const MAX_CHOICES = 128;
 
+const completionCap = z.int({ error: 'must be a positive integer' }).min(1, 'must be a positive integer');
+
 export const chatRequestSchema = z.strictObject({
   model: z.string({ error: 'must be a model id string' }).min(1),
   messages: z
     .array(message, { error: 'must be an array of messages' })
     .min(1, 'must contain at least one message'),
   stream: z.boolean().optional(),
-  max_tokens: z.int({ error: 'must be a positive integer' }).min(1, 'must be a positive integer').optional(),
+  max_tokens: completionCap.optional(),
+  max_completion_tokens: completionCap.optional(),
   temperature: between(0, 2).optional(),
   top_p: between(0, 1).optional(),
   stop: z
@@ -205,7 +210,17 @@ export const chatRequestSchema = z.strictObject({
 
 /** Validates a parsed JSON body (top-level nulls mean "not given"). */
 export const parseChatRequest = (body: unknown): ChatRequest => {
-  const request = parseBody(chatRequestSchema, body) as ChatRequest;
+  const parsed = parseBody(chatRequestSchema, body);
+  const { max_completion_tokens: cap, ...rest } = parsed;
+  // OpenAI refuses the two together, in these words, whatever their values.
+  if (cap !== undefined && parsed.max_tokens !== undefined)
+    throw new InvalidRequestError(
+      "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+      'invalid_parameter_combination',
+      { param: 'max_tokens' },
+    );
+  // One cap, under the name the rest of the gateway (and every upstream body we build) uses.
+  const request = (cap === undefined ? rest : { ...rest, max_tokens: cap }) as ChatRequest;
   // OpenAI refuses this combination, in these words; passed on, it would be refused or ignored depending on
   // which upstream serves the call.
   if (request.stream_options !== undefined && request.stream !== true) {

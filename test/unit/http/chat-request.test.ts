@@ -27,20 +27,16 @@ describe('the chat completions whitelist', () => {
     expect(parseChatRequest(body)).toEqual(body);
   });
 
-  it.each([
-    'thinking',
-    'reasoning_effort',
-    'max_completion_tokens',
-    'logprobs',
-    'user',
-    'parallel_tool_calls',
-  ])('refuses %s with a 400 naming it', (param) => {
-    const error = rejection({ ...valid, [param]: 'x' });
-    expect(error.status).toBe(400);
-    expect(error.code).toBe('unsupported_parameter');
-    expect(error.param).toBe(param);
-    expect(error.message).toContain(param);
-  });
+  it.each(['thinking', 'reasoning_effort', 'logprobs', 'user', 'parallel_tool_calls'])(
+    'refuses %s with a 400 naming it',
+    (param) => {
+      const error = rejection({ ...valid, [param]: 'x' });
+      expect(error.status).toBe(400);
+      expect(error.code).toBe('unsupported_parameter');
+      expect(error.param).toBe(param);
+      expect(error.message).toContain(param);
+    },
+  );
 
   it('treats null as "not given", as OpenAI does', () => {
     expect(parseChatRequest({ ...valid, temperature: null, stop: null })).toEqual(valid);
@@ -133,6 +129,27 @@ describe('which fault a body with several is refused for', () => {
       param: 'k0',
       message: expect.stringContaining('k0, k1, k2, k3, k4, k5, k6, k7, k8, k9 and 49990 more'),
     });
+  });
+});
+
+describe('max_completion_tokens, the name LangChain sends max_tokens by', () => {
+  it('is the same cap, as max_tokens', () => {
+    // ChatOpenAI(max_tokens=10) sends this body.
+    const body = { ...valid, n: 1, temperature: 0.7, max_completion_tokens: 10, stream: false };
+    const request = parseChatRequest(body);
+    expect(request.max_tokens).toBe(10);
+    expect(request).not.toHaveProperty('max_completion_tokens');
+  });
+
+  it('is held to the rules of max_tokens, and refused beside it, as OpenAI does', () => {
+    expect(rejection({ ...valid, max_completion_tokens: 0 })).toMatchObject({
+      param: 'max_completion_tokens',
+    });
+    expect(rejection({ ...valid, max_completion_tokens: 10, max_tokens: 10 })).toMatchObject({
+      code: 'invalid_parameter_combination',
+      param: 'max_tokens',
+    });
+    expect(parseChatRequest({ ...valid, max_completion_tokens: null, max_tokens: 5 }).max_tokens).toBe(5);
   });
 });
 
