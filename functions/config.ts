@@ -89,6 +89,7 @@ export const TUNABLE_ENV: readonly string[] = [
   'HEALTH_MIN_CALLS',
   'HEALTH_FAILURE_RATE',
   'HEALTH_OVERLOAD_RUN',
+  'HEALTH_FAILURE_RUN',
   'CIRCUIT_COOLDOWN_MS',
   'CIRCUIT_MAX_COOLDOWN_MS',
 ];
@@ -235,6 +236,7 @@ export const loadConfig = (env: Env): Config => ({
     minCalls: integer(env, 'HEALTH_MIN_CALLS', DEFAULT_HEALTH_POLICY.minCalls, 1),
     failureRate: positiveFraction(env, 'HEALTH_FAILURE_RATE', DEFAULT_HEALTH_POLICY.failureRate),
     overloadRun: integer(env, 'HEALTH_OVERLOAD_RUN', DEFAULT_HEALTH_POLICY.overloadRun, 1),
+    failureRun: integer(env, 'HEALTH_FAILURE_RUN', DEFAULT_HEALTH_POLICY.failureRun, 1),
     cooldownMs: integer(env, 'CIRCUIT_COOLDOWN_MS', DEFAULT_HEALTH_POLICY.cooldownMs, 1),
     maxCooldownMs: integer(env, 'CIRCUIT_MAX_COOLDOWN_MS', DEFAULT_HEALTH_POLICY.maxCooldownMs, 1),
   },

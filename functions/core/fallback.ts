@@ -66,6 +66,21 @@ export class UpstreamFailure extends Error {
 
 /** Faults the upstream itself reported: worth retrying with another of the deployment's keys. */
 const KEY_FAULTS: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited', 'server_error', 'auth']);
+/**
+ * Faults of the key alone — refused (revoked, out of credit), or its own quota spent — which another key of the same
+ * deployment does not share: retried with the next key on every call, streams included (nothing has reached the
+ * client before the first byte), not only where spec §7 asks for cycling (non-stream calls, on any upstream fault).
+ */
+const KEY_ONLY_FAULTS: ReadonlySet<FailureKind> = new Set(['rate_limited', 'auth']);
+
+/**
+ * What this instance remembers of keys that failed on their own (KEY_ONLY_FAULTS): a call starts on a key not
+ * shunned, so one revoked key of two costs one failed attempt per instance for a while, not every other call's.
+ */
+export interface KeyMemory {
+  shunned(deploymentId: string, keyIndex: number): boolean;
+  failed(deploymentId: string, keyIndex: number, failure: UpstreamFailure): void;
+}
 /** Failures that mean "busy", which the client sees as 429 when every deployment reports one. */
 const BUSY: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited']);
 
@@ -92,6 +107,8 @@ export interface FallbackOptions {
   readonly clock: Clock;
   /** Picks the key a request starts on, so load spreads over a deployment's keys. */
   readonly random: Random;
+  /** Keys to try last, and where key-only faults are told (none: every key is tried in turn from a random one). */
+  readonly keys?: KeyMemory;
   /** Receives every attempt as it ends, successful or not (for settlement and health). */
   readonly attempts: Attempt[];
   /**
@@ -125,13 +142,9 @@ export const withFallback = async <T>(
   // The soonest any busy deployment may take a call again, for the all-busy 429's Retry-After.
   let soonestMs = Number.POSITIVE_INFINITY;
   for (const deployment of plan) {
-    const keys = Math.max(1, deployment.keyRefs.length);
-    const start = Math.floor(options.random() * keys);
-    const tries = options.cycleKeys ? keys : 1;
-    for (let k = 0; k < tries; k++) {
+    for (const keyIndex of keyOrder(deployment, options)) {
       if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure, soonestMs);
       if (deadline?.aborted) throw outOfTime(deadline);
-      const keyIndex = (start + k) % keys;
       const started = clock.now();
       try {
         const value = await call(deployment, keyIndex);
@@ -153,17 +166,35 @@ export const withFallback = async <T>(
         if (!(error instanceof UpstreamFailure)) throw error;
         lastFailure = error;
         if (BUSY.has(error.kind)) soonestMs = Math.min(soonestMs, error.retryAfterMs ?? DEFAULT_RETRY_MS);
-        if (error.kind !== 'unsupported') upstreamCalls++;
+        if (reachedUpstream(error.kind, error.status)) upstreamCalls++;
         attempts.push(
           record(deployment, keyIndex, error.kind, error.status, clock.now() - started, error.message),
         );
         if (error.kind === 'rejected') throw rejected(error);
+        if (KEY_ONLY_FAULTS.has(error.kind)) options.keys?.failed(deployment.id, keyIndex, error);
         // Transport failures are about the deployment, not the key: go straight to the next one.
-        if (!KEY_FAULTS.has(error.kind)) break;
+        if (!(options.cycleKeys ? KEY_FAULTS : KEY_ONLY_FAULTS).has(error.kind)) break;
       }
     }
   }
   return exhausted(attempts, lastFailure, soonestMs);
+};
+
+/**
+ * The keys of `deployment` in the order a call tries them: from a random one (load spreads over the keys), those this
+ * instance shuns (KeyMemory) last. A deployment without keys is called once.
+ */
+const keyOrder = (deployment: Deployment, options: FallbackOptions): number[] => {
+  const keys = Math.max(1, deployment.keyRefs.length);
+  const start = Math.floor(options.random() * keys);
+  const order: number[] = [];
+  const shunned: number[] = [];
+  for (let k = 0; k < keys; k++) {
+    const keyIndex = (start + k) % keys;
+    if (keys > 1 && options.keys?.shunned(deployment.id, keyIndex)) shunned.push(keyIndex);
+    else order.push(keyIndex);
+  }
+  return shunned.length > 0 ? order.concat(shunned) : order;
 };
 
 /** The detail of an attempt abandoned at the call's deadline (see FallbackOptions.deadline); no failure has it. */
@@ -217,10 +248,17 @@ export const deadlineError = (message?: string): DeadlineError =>
     new UpstreamFailure('timeout', "the call's deadline came before any upstream answered"),
   );
 
-/** Attempts that reached an upstream: all but those a deployment's protocol could not express. */
+/**
+ * Whether an attempt reached an upstream: all but those a deployment's protocol could not express (`unsupported`
+ * without a status; one the upstream answered, a request too large for its quota, did reach it).
+ */
+const reachedUpstream = (outcome: Attempt['outcome'], status: number | null): boolean =>
+  outcome !== 'unsupported' || status !== null;
+
+/** Attempts that reached an upstream (bounded by `maxAttempts`). */
 export const countUpstreamCalls = (attempts: readonly Attempt[]): number => {
   let calls = 0;
-  for (const a of attempts) if (a.outcome !== 'unsupported') calls++;
+  for (const a of attempts) if (reachedUpstream(a.outcome, a.status)) calls++;
   return calls;
 };
 

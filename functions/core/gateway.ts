@@ -3,6 +3,7 @@ import type { Authenticator } from './authenticator.ts';
 import type { CallRecorder } from './call-recorder.ts';
 import type { ApiError } from './errors.ts';
 import {
+  type Attempt,
   abandoned,
   cancelledAttempt,
   deadlineError,
@@ -63,7 +64,10 @@ const routeDeadline = (call: CallRecorder): { at: number | null; error: () => Ap
       error: () =>
         deadlineError(
           'No upstream provider answered within the time this endpoint waits for a response to begin. ' +
-            'For long calls, set "stream": true: a stream, once begun, may run as long as the call needs.',
+            // A stream already is the long call's way: its providers were only slow to begin.
+            (call.stream
+              ? 'Please retry.'
+              : 'For long calls, set "stream": true: a stream, once begun, may run as long as the call needs.'),
         ),
     };
   }
@@ -109,7 +113,9 @@ export class Gateway {
    */
   async #admit(request: AdmissionRequest, call: CallRecorder): Promise<void> {
     const { admission } = this.#deps;
-    if (!admission || !call.principal) return;
+    if (!admission) return;
+    // Fail closed: an endpoint that routed a call it never authenticated would serve it unmetered.
+    if (!call.principal) throw new Error('a call reached admission without authentication');
     const started = this.#deps.clock.now();
     try {
       call.admitted(await admission.admit(call.principal, request));
@@ -211,7 +217,15 @@ export class Gateway {
     try {
       const served: Served<T> = await withFallback(
         plan,
-        { cycleKeys, maxAttempts, clock, random, attempts: call.attempts, deadline: deadline.signal },
+        {
+          cycleKeys,
+          maxAttempts,
+          clock,
+          random,
+          attempts: call.attempts,
+          deadline: deadline.signal,
+          ...(health ? { keys: health } : {}),
+        },
         (deployment, keyIndex) => attempt(deployment, keyIndex, deadline.signal),
       );
       call.deployment = served.deployment;
@@ -239,10 +253,13 @@ export class Gateway {
         // An attempt cut at the call's deadline, or cancelled with its call, is no verdict either: the
         // deployment's own timeouts judge it.
         const judged = attempts.filter((a) => !abandoned(a));
-        for (const a of judged) {
-          if (a.outcome !== 'ok' && a.deployment !== served)
-            health.record(a.deployment, a.outcome, a.ms, probes.get(a.deployment) ?? null);
-        }
+        // One verdict per deployment per call — its last attempt's, after key cycling: three keys each refusing
+        // one request (a client's prompt too large for each key's quota) are not three overloads in a row.
+        const verdicts = new Map<string, Attempt>();
+        for (const a of judged)
+          if (a.outcome !== 'ok' && a.deployment !== served) verdicts.set(a.deployment, a);
+        for (const a of verdicts.values())
+          health.record(a.deployment, a.outcome, a.ms, probes.get(a.deployment) ?? null);
         // A probe whose request ended before its attempt did (the client went away) leaves no verdict.
         for (const [deployment, probe] of probes)
           if (!judged.some((a) => a.deployment === deployment)) health.release(deployment, probe);

@@ -1,4 +1,4 @@
-import type { Attempt, FailureKind } from './fallback.ts';
+import type { Attempt, FailureKind, KeyMemory, UpstreamFailure } from './fallback.ts';
 import type { Clock } from './ports.ts';
 
 /**
@@ -6,8 +6,10 @@ import type { Clock } from './ports.ts';
  * deployment, and a circuit breaker on top of it.
  *
  * - **closed**: routed normally. It opens when, over the window, at least `minCalls` attempts failed at
- *   `failureRate` or more, or after `overloadRun` overloads in a row (an overloaded provider is not helped by
- *   more traffic).
+ *   `failureRate` or more, after `overloadRun` overloads in a row (an overloaded provider is not helped by
+ *   more traffic), or after `failureRun` failures of any kind in a row, however far apart: a deployment that
+ *   hangs costs each attempt its whole timeout, and a Lambda instance serves one call at a time, so it would
+ *   never gather `minCalls` samples within the window and would stay first in line for ever.
  * - **open**: skipped by routing for a cool-down, which doubles (up to `maxCooldownMs`) each time a probe fails.
  * - **half-open**: after the cool-down, one request at a time may probe it (routing puts it first); success
  *   closes the circuit with a fresh window, failure opens it again. The probe is identified by the token
@@ -24,6 +26,8 @@ export interface HealthPolicy {
   readonly failureRate: number;
   /** Consecutive overloads that open the circuit. */
   readonly overloadRun: number;
+  /** Consecutive failures of any kind that open the circuit, however long they took to come. */
+  readonly failureRun: number;
   readonly cooldownMs: number;
   readonly maxCooldownMs: number;
 }
@@ -33,6 +37,7 @@ export const DEFAULT_HEALTH_POLICY: HealthPolicy = {
   minCalls: 5,
   failureRate: 0.5,
   overloadRun: 3,
+  failureRun: 3,
   cooldownMs: 15_000,
   maxCooldownMs: 300_000,
 };
@@ -99,6 +104,7 @@ interface Circuit {
   p50Ms: number | null;
   p50At: number;
   overloadRun: number;
+  failureRun: number;
   state: 'closed' | 'open';
   reason: OpenReason | null;
   openedAt: number;
@@ -107,10 +113,18 @@ interface Circuit {
   probe: { readonly token: ProbeToken; readonly at: number } | null;
 }
 
-export class HealthBoard {
+/** How long a key the upstream refused (401/403/402) is tried last: as long as the key ring caches a refused key. */
+const REFUSED_KEY_SHUN_MS = 60_000;
+/** A key whose own quota is spent is tried last for its Retry-After (a second when none), at most this long. */
+const MAX_SPENT_KEY_SHUN_MS = 60_000;
+const DEFAULT_SPENT_KEY_SHUN_MS = 1_000;
+
+export class HealthBoard implements KeyMemory {
   readonly #policy: HealthPolicy;
   readonly #clock: Clock;
   readonly #circuits = new Map<string, Circuit>();
+  /** Keys that failed on their own (deployment id and key index) → until when they are tried last. */
+  readonly #shunnedKeys = new Map<string, number>();
   #lastProbe: ProbeToken = 0;
 
   constructor(policy: HealthPolicy, clock: Clock) {
@@ -150,6 +164,24 @@ export class HealthBoard {
     this.#recordWhileClosed(this.#circuit(deploymentId), outcome, ms);
   }
 
+  /** Whether a key failed on its own lately, so calls try the deployment's other keys first (KeyMemory). */
+  shunned(deploymentId: string, keyIndex: number): boolean {
+    const until = this.#shunnedKeys.get(`${deploymentId}#${keyIndex}`);
+    if (until === undefined) return false;
+    if (until > this.#clock.now()) return true;
+    this.#shunnedKeys.delete(`${deploymentId}#${keyIndex}`);
+    return false;
+  }
+
+  /** A key refused, or its own quota spent: tried last for a while (a minute; a spent one, its Retry-After). */
+  failed(deploymentId: string, keyIndex: number, failure: UpstreamFailure): void {
+    const ms =
+      failure.kind === 'auth'
+        ? REFUSED_KEY_SHUN_MS
+        : Math.min(MAX_SPENT_KEY_SHUN_MS, failure.retryAfterMs ?? DEFAULT_SPENT_KEY_SHUN_MS);
+    this.#shunnedKeys.set(`${deploymentId}#${keyIndex}`, this.#clock.now() + ms);
+  }
+
   /** A probe that ended without any outcome (its request went away first): the next request may probe. */
   release(deploymentId: string, probe: ProbeToken): void {
     const circuit = this.#circuits.get(deploymentId);
@@ -162,8 +194,13 @@ export class HealthBoard {
     const ok = outcome === 'ok';
     this.#add(circuit, { at: now, ok, busy: BUSY.has(outcome), ms });
     circuit.overloadRun = BUSY.has(outcome) ? circuit.overloadRun + 1 : 0;
+    circuit.failureRun = ok ? 0 : circuit.failureRun + 1;
     if (circuit.overloadRun >= this.#policy.overloadRun) {
       this.#open(circuit, 'overloaded', now, false);
+      return;
+    }
+    if (circuit.failureRun >= this.#policy.failureRun) {
+      this.#open(circuit, 'failing', now, false);
       return;
     }
     const { calls, failures, busy } = this.#counts(circuit, now);
@@ -255,6 +292,7 @@ export class HealthBoard {
         p50Ms: null,
         p50At: Number.NEGATIVE_INFINITY,
         overloadRun: 0,
+        failureRun: 0,
         state: 'closed',
         reason: null,
         openedAt: 0,
@@ -311,6 +349,7 @@ export class HealthBoard {
     circuit.openedAt = now;
     circuit.probe = null;
     circuit.overloadRun = 0;
+    circuit.failureRun = 0;
   }
 
   #close(circuit: Circuit): void {
@@ -322,6 +361,7 @@ export class HealthBoard {
     circuit.p50Ms = null;
     circuit.p50At = Number.NEGATIVE_INFINITY;
     circuit.overloadRun = 0;
+    circuit.failureRun = 0;
     circuit.cooldownMs = this.#policy.cooldownMs;
   }
 }

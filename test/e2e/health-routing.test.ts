@@ -10,6 +10,7 @@ import { startTestStack, type TestStack } from '#test/stack.ts';
 let offsetMs = 0;
 const clock = { now: () => performance.timeOrigin + performance.now() + offsetMs };
 const COOLDOWN_MS = 20_000;
+const FIRST_BYTE_TIMEOUT_MS = 1_500;
 
 let t: TestStack;
 beforeAll(async () => {
@@ -19,7 +20,9 @@ beforeAll(async () => {
       HEALTH_MIN_CALLS: '4',
       HEALTH_FAILURE_RATE: '0.5',
       HEALTH_OVERLOAD_RUN: '3',
+      HEALTH_FAILURE_RUN: '3',
       CIRCUIT_COOLDOWN_MS: String(COOLDOWN_MS),
+      UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS: String(FIRST_BYTE_TIMEOUT_MS),
     },
   });
 });
@@ -90,6 +93,18 @@ describe('a failing deployment', () => {
 });
 
 describe('a bad key', () => {
+  it('on a stream, is tried with the next key, then avoided: the stream is served and the circuit stays closed', async () => {
+    const model = 'famB-5.3';
+    // One of sim-a's two keys is refused (401) on every call.
+    t.simulator.setFaults('sim-a', { error: 'unauthorized', keys: ['sim-a-key-1'] });
+    const providers = await serve(model, 8, { stream: true });
+    expect(providers.every((p) => p === 'sim-a')).toBe(true);
+    expect(t.simulator.calls('sim-b')).toHaveLength(0);
+    // Refused once (whichever call started on it first), then tried last: no stream spends a try on it again.
+    const refused = t.simulator.calls('sim-a').filter((c) => c.key === 'sim-a-key-1');
+    expect(refused.length).toBeLessThanOrEqual(1);
+  });
+
   it('is the key’s fault, not the deployment’s: key cycling serves, and the circuit stays closed', async () => {
     const model = 'svc-pro-20b';
     // sim-a has two keys; one of them is refused with a server error on every call.
@@ -117,14 +132,14 @@ describe('streams', () => {
       expect(res.headers.get('x-svc-provider')).toBe('sim-b');
       expect(sseEvents(await res.text()).at(-1)).toBe('[DONE]');
     }
-    // Four failures opened the circuit; the last two streams went straight to sim-b.
-    expect(t.simulator.calls('sim-a')).toHaveLength(4);
+    // Three failures in a row opened the circuit; the last three streams went straight to sim-b.
+    expect(t.simulator.calls('sim-a')).toHaveLength(3);
   });
 
   it('that break mid-way count against the deployment that served them', async () => {
     const model = 'famG-4-argon';
     t.simulator.setFaults('sim-a', { error: 'drop_mid', dropAfterChunks: 2 });
-    for (let i = 0; i < 4; i++) {
+    for (let i = 0; i < 3; i++) {
       const res = await chat(model, { stream: true });
       expect(res.headers.get('x-svc-provider')).toBe('sim-a');
       expect(sseEvents(await res.text())).not.toContain('[DONE]');
@@ -137,6 +152,29 @@ describe('streams', () => {
     expect(res.headers.get('x-svc-provider')).toBe('sim-b');
     expect(sseEvents(await res.text()).at(-1)).toBe('[DONE]');
   });
+});
+
+describe('a hanging deployment', () => {
+  it('leaves the line after three timeouts in a row, however far apart they came', async () => {
+    const model = 'svc-pro-120b';
+    // sim-a accepts the call and never begins its stream within the first-byte timeout.
+    t.simulator.setFaults('sim-a', { firstByteDelayMs: FIRST_BYTE_TIMEOUT_MS * 4 });
+    for (let i = 0; i < 3; i++) {
+      // One such call a window: the failure rate over the window never has its minimum of calls.
+      if (i > 0) offsetMs += 61_000;
+      const res = await chat(model, { stream: true });
+      expect(res.headers.get('x-svc-provider')).toBe('sim-b');
+      await res.text();
+    }
+    t.simulator.clearCalls();
+    const started = performance.now();
+    const res = await chat(model, { stream: true });
+    expect(res.headers.get('x-svc-provider')).toBe('sim-b');
+    await res.text();
+    // Served at once by sim-b, sim-a not waited on.
+    expect(t.simulator.calls('sim-a')).toHaveLength(0);
+    expect(performance.now() - started).toBeLessThan(FIRST_BYTE_TIMEOUT_MS);
+  }, 30_000);
 });
 
 describe('latency', () => {

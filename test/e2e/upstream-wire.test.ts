@@ -3,7 +3,13 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 import { sseEvents } from '#test/sse.ts';
-import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
+import {
+  drainSettlements,
+  NO_CIRCUIT_BREAKING,
+  startTestStack,
+  type TestStack,
+  takeSettlements,
+} from '#test/stack.ts';
 
 /**
  * OpenAI-compatible upstreams do not all write their streams the way OpenAI does. A stand-in upstream writes
@@ -144,6 +150,12 @@ const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
     for (const chunk of chunks()) res.write(line(chunk));
     res.end('data: [DONE]\n\n');
   },
+  // A first event that is a JSON object but no chunk (neither choices nor usage), then the reply.
+  'object-first': (res) => {
+    res.write(line({ id: 'chatcmpl-wire', object: 'chat.completion.chunk', created: 1, model: HIDDEN }));
+    for (const chunk of chunks()) res.write(line(chunk));
+    res.end('data: [DONE]\n\n');
+  },
   // Empty keep-alive objects among the chunks.
   'keep-alive': (res) => {
     for (const chunk of chunks()) res.write(`data: {}\n\n${line(chunk)}`);
@@ -260,6 +272,13 @@ beforeAll(async () => {
         res.end('data: [DONE]\n\n');
         return;
       }
+      if (body.messages.some((msg) => msg.content.includes('mode=no-choices'))) {
+        // A non-stream completion that answers nothing: no choice at all.
+        res.writeHead(200, { 'content-type': 'application/json' });
+        const usage = { prompt_tokens: 7, completion_tokens: 0, total_tokens: 7 };
+        const reply = { id: 'chatcmpl-none', object: 'chat.completion', created: 1, model: HIDDEN };
+        return void res.end(JSON.stringify({ ...reply, choices: [], usage }));
+      }
       if (body.messages.some((msg) => msg.content.includes('mode=two-choices'))) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
         for (const chunk of twoChoices()) res.write(line(chunk));
@@ -289,6 +308,8 @@ beforeAll(async () => {
     upstreamBaseUrl: `http://127.0.0.1:${port}/v1`,
     upstreamModel: HIDDEN,
     upstreamApiKey: UPSTREAM_KEY,
+    // Faulty replies on the one deployment, test after test: no circuit may open across them.
+    functionEnv: NO_CIRCUIT_BREAKING,
   });
 }, 120_000);
 
@@ -444,14 +465,29 @@ describe('an upstream that breaks the protocol around a reply', () => {
     },
   );
 
-  it('a first event that is no chunk fails the attempt before anything reaches the client', async () => {
+  it.each(['ping-first', 'object-first'])(
+    '(%s): a first event that is no chunk fails the attempt before anything reaches the client',
+    async (mode) => {
+      await drainSettlements(t.stack);
+      const res = await t.post('/chat/completions', {
+        model: MODEL,
+        stream: true,
+        messages: [{ role: 'user', content: `mode=${mode}` }],
+      });
+      // One deployment here, so no other to fall back to: an error response, not a 200 with a broken stream.
+      expect(res.status).toBeGreaterThanOrEqual(500);
+      await res.text();
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ cost: 0 });
+    },
+  );
+
+  it('a non-stream completion with no choice is an upstream failure, not a 200 billed for its prompt', async () => {
     await drainSettlements(t.stack);
     const res = await t.post('/chat/completions', {
       model: MODEL,
-      stream: true,
-      messages: [{ role: 'user', content: 'mode=ping-first' }],
+      messages: [{ role: 'user', content: 'mode=no-choices' }],
     });
-    // One deployment here, so no other to fall back to: an error response, not a 200 with a broken stream.
     expect(res.status).toBeGreaterThanOrEqual(500);
     await res.text();
     const [record] = await takeSettlements(t.stack, 1);

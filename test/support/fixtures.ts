@@ -100,6 +100,7 @@ export const TEST_HEALTH_POLICY: HealthPolicy = {
   minCalls: 4,
   failureRate: 0.5,
   overloadRun: 3,
+  failureRun: 3,
   cooldownMs: 10_000,
   maxCooldownMs: 40_000,
 };

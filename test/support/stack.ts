@@ -38,7 +38,11 @@ const TEST_FUNCTION_ENV = {
  * For test files that inject upstream faults on purpose to check each request's own attempts: the circuit
  * breaker must not learn across their tests. Circuits have their own tests (health-routing.test.ts).
  */
-export const NO_CIRCUIT_BREAKING = { HEALTH_MIN_CALLS: '1000000', HEALTH_OVERLOAD_RUN: '1000000' } as const;
+export const NO_CIRCUIT_BREAKING = {
+  HEALTH_MIN_CALLS: '1000000',
+  HEALTH_OVERLOAD_RUN: '1000000',
+  HEALTH_FAILURE_RUN: '1000000',
+} as const;
 
 /**
  * A whole local stack on the shared emulators, with its own simulator (so a test file can inject faults

@@ -244,6 +244,14 @@ const MAX_ERROR_BODY = 64 * 1024;
 export const statusFailure = async (response: UpstreamResponse): Promise<UpstreamFailure> => {
   const status = response.statusCode;
   const upstreamError = await readErrorBody(response);
+  // A 429 that no wait cures: the one request is larger than our key's per-minute quota there (OpenAI's "Request too
+  // large for … on tokens per min"). Another deployment may take it; this one never will, and it is no sign of load —
+  // counted as busy, a client sending such prompts would open the deployment's circuit for everyone.
+  if (status === 429 && upstreamError && TOO_LARGE.test(upstreamError.message))
+    return new UpstreamFailure('unsupported', 'upstream status 429 (request too large for its quota)', {
+      status,
+      upstreamError: REQUEST_TOO_LARGE,
+    });
   let kind: FailureKind;
   if (status === 429) kind = upstreamError?.code === 'engine_overloaded' ? 'overloaded' : 'rate_limited';
   // 402: our account with the provider cannot pay — like a bad key, the deployment's fault, not the request's.
@@ -260,6 +268,17 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
       retryAfterMs: kind === 'overloaded' || kind === 'rate_limited' ? retryAfterMs(response.headers) : null,
     },
   );
+};
+
+const TOO_LARGE = /\brequest too large\b/i;
+
+/** What the client is told when every deployment found its request too large (the upstream's text names its org). */
+const REQUEST_TOO_LARGE: UpstreamErrorBody = {
+  message:
+    "The request is larger than this model's providers accept in one call. Shorten the messages or lower max_tokens.",
+  type: 'invalid_request_error',
+  code: 'request_too_large',
+  param: null,
 };
 
 /**
@@ -297,9 +316,12 @@ export const readErrorBody = async (response: UpstreamResponse): Promise<Upstrea
     }
     const error = (JSON.parse(text) as { error?: Record<string, unknown> }).error;
     if (!error || typeof error.message !== 'string') return null;
-    const name = (v: unknown) => (typeof v === 'string' && NAME.test(v) ? v : null);
+    const credential = response.credential ?? null;
+    // A name the masking would change (a key-like run, the key itself) is dropped, not passed on masked.
+    const name = (v: unknown) =>
+      typeof v === 'string' && NAME.test(v) && clientSafe(v, credential) === v ? v : null;
     return {
-      message: clientSafe(error.message, response.credential ?? null),
+      message: clientSafe(error.message, credential),
       type: name(error.type),
       code: name(error.code),
       param: name(error.param),

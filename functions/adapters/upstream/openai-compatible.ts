@@ -28,7 +28,14 @@ export class OpenAiCompatibleChat implements ChatProvider {
     const response = await this.#post(call, this.#http.completionTimeoutMs(call.deployment));
     if (response.statusCode !== 200) throw await statusFailure(response);
     const body = await readJsonObject(response, MAX_REPLY_BYTES);
-    if (!Array.isArray(body.choices))
+    // A completion with no choice, or a choice with no message, answers nothing: another deployment may.
+    if (
+      !Array.isArray(body.choices) ||
+      body.choices.length === 0 ||
+      body.choices.some(
+        (c) => typeof (c as { message?: unknown } | null)?.message !== 'object' || c.message === null,
+      )
+    )
       throw new UpstreamFailure('protocol', 'upstream body is not a chat completion');
     // An aggregator's failure inside a 200 (a top-level `error`, a choice finished with "error"): not a reply.
     if (
@@ -46,7 +53,9 @@ export class OpenAiCompatibleChat implements ChatProvider {
       const response = await this.#post({ ...call, signal: abort.signal }, firstByteMs);
       if (response.statusCode !== 200) throw await statusFailure(response);
       const events = sseData(response.body);
-      const first = await events.next();
+      let first = await events.next();
+      // Empty keep-alive objects before the first chunk commit nothing: the first-byte timeout still runs.
+      while (!first.done && EMPTY_OBJECT.test(first.value)) first = await events.next();
       if (first.done || first.value === '[DONE]') {
         throw new UpstreamFailure('dropped', 'upstream stream ended before its first event');
       }
@@ -54,7 +63,7 @@ export class OpenAiCompatibleChat implements ChatProvider {
         throw new UpstreamFailure('server_error', 'upstream stream began with an error');
       // Checked here, before the deployment is committed: a first event that is no chunk is a failure another
       // deployment can make good, not a stream the client receives broken.
-      const head = chunkData(first.value);
+      const head = firstChunkData(first.value);
       return new RelayedStream(head, new UpstreamEvents(events, abort, release), call);
     });
   }
@@ -328,6 +337,25 @@ const chunkData = (raw: string): string => {
   if (typeof value !== 'object' || value === null || Array.isArray(value))
     throw new UpstreamFailure('protocol', 'upstream sent an event that is not a JSON object');
   return JSON.stringify(value);
+};
+
+const EMPTY_OBJECT = /^\s*\{\s*\}\s*$/;
+
+/**
+ * The first event's data, parsed whole (once a stream: the relay's fast path only looks at an event's ends): a JSON
+ * object with `choices` or a usage report — a chunk. Anything else commits the call to a deployment that sends no reply.
+ */
+const firstChunkData = (raw: string): string => {
+  const data = chunkData(raw);
+  let chunk: { choices?: unknown; usage?: unknown };
+  try {
+    chunk = JSON.parse(data) as typeof chunk;
+  } catch {
+    throw new UpstreamFailure('protocol', 'upstream sent a first event that is not JSON');
+  }
+  if (!Array.isArray(chunk.choices) && (typeof chunk.usage !== 'object' || chunk.usage === null))
+    throw new UpstreamFailure('protocol', 'upstream sent a first event that is not a chat completion chunk');
+  return data;
 };
 
 /** Occurrences of `needle` (a field and its opening quote) whose string is not empty. */

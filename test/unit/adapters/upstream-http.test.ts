@@ -257,6 +257,39 @@ describe('statusFailure: what an upstream error tells routing and the client', (
     }
   });
 
+  it('drops a code or param that carries a key, rather than relay it masked or whole', async () => {
+    const key = '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';
+    const failure = await statusFailure({
+      ...response(400, { error: { message: 'bad input', code: key, param: 'sk-proj1234567890abcdefghij' } }),
+      credential: key,
+    });
+    expect(failure.kind).toBe('rejected');
+    expect(failure.upstreamError).toMatchObject({ message: 'bad input', code: null, param: null });
+  });
+
+  it("takes a 429 for a request too large for our key's quota as one this deployment cannot take, not as load", async () => {
+    const failure = await statusFailure(
+      response(429, {
+        error: {
+          message:
+            'Request too large for gpt-4o in organization org-Ab12Cd34Ef56Gh78Ij90Kl12 on tokens per min (TPM): Limit 30000, Requested 52000.',
+          type: 'tokens',
+          code: 'rate_limit_exceeded',
+        },
+      }),
+    );
+    // Another deployment may take it; if none can, the client gets our 400, naming neither org nor upstream model.
+    expect(failure.kind).toBe('unsupported');
+    expect(failure.status).toBe(429);
+    expect(failure.upstreamError).toMatchObject({ code: 'request_too_large', type: 'invalid_request_error' });
+    expect(failure.upstreamError?.message).not.toMatch(/gpt-4o|org-/);
+    // A quota merely spent for now is still a busy key.
+    const spent = await statusFailure(
+      response(429, { error: { message: 'Rate limit reached for requests', code: 'rate_limit_exceeded' } }),
+    );
+    expect(spent.kind).toBe('rate_limited');
+  });
+
   it("takes a 402 for our provider account's fault, which another key or deployment may not have", async () => {
     const failure = await statusFailure(
       response(402, { error: { message: 'org-SECRETORG has insufficient credits (balance $0.42)' } }),

@@ -168,6 +168,18 @@ const hanging = (calls: string[]) => (_d: unknown, _k: number, signal: AbortSign
 };
 
 describe('admission beside routing', () => {
+  it('fails closed on a call that was never authenticated: no upstream call, no unmetered answer', async () => {
+    const { admitAndRoute, call, upstream } = setup();
+    const anonymous = call();
+    anonymous.principal = null;
+    const outcome = await admitAndRoute(anonymous, async () => {
+      upstream.push('upstream');
+      return 'answer';
+    }).catch((error: unknown) => error);
+    expect(outcome).toBeInstanceOf(Error);
+    expect(upstream).toEqual([]);
+  });
+
   it('waits for the store before the first call of an account it does not remember', async () => {
     const { serve, upstream, answer, later } = setup();
     later(false);

@@ -14,6 +14,16 @@ import { deployment, manualClock } from '#test/fixtures.ts';
 const a = deployment({ id: 'a', provider: 'pa', keyRefs: ['env:A1', 'env:A2', 'env:A3'] });
 const b = deployment({ id: 'b', provider: 'pb', keyRefs: ['env:B1'] });
 
+/** The status each failure comes with here (`unsupported`: none, the protocol could not express the request). */
+const STATUS: Partial<Record<FailureKind, number | undefined>> = {
+  overloaded: 429,
+  rate_limited: 429,
+  auth: 401,
+  rejected: 400,
+  unsupported: undefined,
+  connect: undefined,
+};
+
 /** Runs withFallback where `script` says how each (deployment, key) call ends. */
 const run = async (
   script: (d: Deployment, keyIndex: number) => FailureKind | 'ok',
@@ -34,7 +44,8 @@ const run = async (
       calls.push(`${d.id}#${keyIndex}`);
       const outcome = script(d, keyIndex);
       if (outcome === 'ok') return `${d.id}#${keyIndex}`;
-      throw new UpstreamFailure(outcome, outcome, { status: outcome === 'overloaded' ? 429 : 500 });
+      const status = outcome in STATUS ? STATUS[outcome] : 500;
+      throw new UpstreamFailure(outcome, outcome, status === undefined ? {} : { status });
     },
   ).catch((error: unknown) => error);
   return { result, calls, attempts };
@@ -65,9 +76,51 @@ describe('withFallback', () => {
     expect(result).toMatchObject({ deployment: b });
   });
 
-  it('does not cycle keys when told not to (streams)', async () => {
-    const { calls } = await run((d) => (d.id === 'a' ? 'server_error' : 'ok'), { cycleKeys: false });
-    expect(calls).toEqual(['a#0', 'b#0']);
+  it("does not cycle keys on the deployment's faults when told not to (streams)", async () => {
+    for (const fault of ['server_error', 'overloaded'] as const) {
+      const { calls } = await run((d) => (d.id === 'a' ? fault : 'ok'), { cycleKeys: false });
+      expect(calls).toEqual(['a#0', 'b#0']);
+    }
+  });
+
+  it('tries the next key on a fault of the key alone, streams too: refused, or its own quota spent', async () => {
+    for (const fault of ['auth', 'rate_limited'] as const) {
+      const { calls, result } = await run((d, k) => (d.id === 'a' && k === 0 ? fault : 'ok'), {
+        cycleKeys: false,
+      });
+      expect(calls).toEqual(['a#0', 'a#1']);
+      expect(result).toMatchObject({ deployment: a, value: 'a#1' });
+    }
+  });
+
+  it('starts on keys the instance does not shun, and tells it of keys that failed on their own', async () => {
+    const failed: string[] = [];
+    const shunned = new Set(['a#0', 'a#1']);
+    const calls: string[] = [];
+    const result = await withFallback(
+      [a, b],
+      {
+        cycleKeys: true,
+        maxAttempts: 10,
+        clock: manualClock(),
+        random: () => 0,
+        attempts: [],
+        keys: {
+          shunned: (d, k) => shunned.has(`${d}#${k}`),
+          failed: (d, k, failure) => failed.push(`${d}#${k}:${failure.kind}`),
+        },
+      },
+      async (d, k) => {
+        calls.push(`${d.id}#${k}`);
+        if (d.id === 'a' && k === 2) throw new UpstreamFailure('auth', 'refused', { status: 401 });
+        if (d.id === 'a' && k === 0) throw new UpstreamFailure('server_error', 'broken', { status: 500 });
+        return `${d.id}#${k}`;
+      },
+    );
+    // The shunned keys come last, in their turn; a 5xx is the deployment's, not remembered against the key.
+    expect(calls).toEqual(['a#2', 'a#0', 'a#1']);
+    expect(result).toMatchObject({ value: 'a#1' });
+    expect(failed).toEqual(['a#2:auth']);
   });
 
   it('answers 429 engine_overloaded when every attempt was busy', async () => {
@@ -124,6 +177,20 @@ describe('withFallback', () => {
     // One cannot express it, the other is busy: the client is told to retry (429), not that we broke (500).
     const busy = await run((d) => (d.id === 'a' ? 'unsupported' : 'overloaded'));
     expect(busy.result).toBeInstanceOf(EngineOverloadedError);
+  });
+
+  it('counts a request an upstream found too large for its quota against maxAttempts: it reached the upstream', async () => {
+    const calls: string[] = [];
+    const result = await withFallback(
+      [a, b],
+      { cycleKeys: true, maxAttempts: 1, clock: manualClock(), random: () => 0, attempts: [] },
+      async (d) => {
+        calls.push(d.id);
+        throw new UpstreamFailure('unsupported', 'too large', { status: 429 });
+      },
+    ).catch((error: unknown) => error);
+    expect(calls).toEqual(['a']);
+    expect(result).toBeInstanceOf(InvalidRequestError);
   });
 
   it('never makes more than maxAttempts calls', async () => {

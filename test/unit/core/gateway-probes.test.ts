@@ -188,3 +188,56 @@ describe('Gateway and our own credentials', () => {
     expect(warnings).toEqual([]);
   });
 });
+
+describe('Gateway verdicts on deployments', () => {
+  const keyed = {
+    model: chatModel(),
+    deployments: [
+      deployment({ id: 'a', priority: 1, keyRefs: ['env:A1', 'env:A2'] }),
+      deployment({ id: 'b', priority: 2 }),
+    ],
+  };
+
+  it('counts one verdict per deployment per call, however many of its keys the call tried', async () => {
+    const clock = manualClock();
+    const health = new HealthBoard(POLICY, clock);
+    const gateway = gatewayOn(clock, health);
+    // Each call cycles a's two keys, every one busy: one busy verdict a call, not two (an overload run sooner).
+    for (let i = 0; i < POLICY.overloadRun - 1; i++) {
+      const served = await gateway.route(
+        keyed,
+        new CallRecorder('chat.completions', `r${i}`, clock),
+        true,
+        async (d) => {
+          if (d.id === 'a') throw new UpstreamFailure('overloaded', 'busy', { status: 429 });
+          return d.id;
+        },
+      );
+      expect(served).toBe('b');
+    }
+    expect(health.state('a')).toBe('closed');
+    expect(health.view('a')).toMatchObject({ calls: POLICY.overloadRun - 1, busy: POLICY.overloadRun - 1 });
+  });
+
+  it('routes the next calls past a refused key: the instance tries it last for a while', async () => {
+    const clock = manualClock();
+    const health = new HealthBoard(POLICY, clock);
+    const gateway = gatewayOn(clock, health);
+    const keysTried: number[] = [];
+    const refuseKey0 = async (d: { id: string }, keyIndex: number) => {
+      keysTried.push(keyIndex);
+      if (keyIndex === 0) throw new UpstreamFailure('auth', 'refused', { status: 401 });
+      return d.id;
+    };
+    // A stream (no key cycling on the deployment's faults) starting on the bad key moves to the next key of a.
+    const first = new CallRecorder('chat.completions', 'r1', clock);
+    expect(await gateway.route(keyed, first, false, refuseKey0)).toBe('a');
+    expect(keysTried).toEqual([0, 1]);
+    keysTried.length = 0;
+    // Later calls start elsewhere, whatever their random start (testGateway's is 0): key 0 only last.
+    for (let i = 0; i < 3; i++)
+      await gateway.route(keyed, new CallRecorder('chat.completions', `r${i + 2}`, clock), false, refuseKey0);
+    expect(keysTried).toEqual([1, 1, 1]);
+    expect(health.state('a')).toBe('closed');
+  });
+});

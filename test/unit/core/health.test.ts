@@ -32,9 +32,33 @@ describe('HealthBoard circuit', () => {
     expect(board.reopensInMs('a')).toBeLessThanOrEqual(2_000);
   });
 
-  it('stays closed below the minimum number of calls, whatever they were', () => {
+  it('stays closed below the failure rate and the failure run, whatever the failures were', () => {
     const { board } = setup();
-    for (let i = 0; i < 3; i++) board.record('a', 'server_error', 5);
+    for (let i = 0; i < 3; i++) board.record('a', 'ok', 5);
+    board.record('a', 'server_error', 5);
+    board.record('a', 'timeout', 5);
+    expect(board.state('a')).toBe('closed'); // 2 of 5, and 2 in a row
+  });
+
+  it('opens after a run of failures however far apart they came, as a hanging deployment makes them', () => {
+    const { board, advance } = setup();
+    // One stream a window, each waiting out its first-byte timeout: never minCalls within the window.
+    for (let i = 0; i < POLICY.failureRun - 1; i++) {
+      board.record('a', 'timeout', 30_000);
+      advance(POLICY.windowMs + 1);
+    }
+    expect(board.state('a')).toBe('closed');
+    board.record('a', 'connect', 30_000);
+    expect(board.state('a')).toBe('open');
+    expect(board.reason('a')).toBe('failing');
+  });
+
+  it('restarts the failure run at a success', () => {
+    const { board } = setup();
+    for (let i = 0; i < 4; i++) board.record('a', 'ok', 5); // keeps the failure rate under the threshold
+    for (let i = 0; i < POLICY.failureRun - 1; i++) board.record('a', 'timeout', 30_000);
+    board.record('a', 'ok', 5);
+    for (let i = 0; i < POLICY.failureRun - 1; i++) board.record('a', 'timeout', 30_000);
     expect(board.state('a')).toBe('closed');
   });
 
