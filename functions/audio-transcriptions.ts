@@ -7,7 +7,7 @@ import {
 } from '#core/audio.ts';
 import { costOf } from '#core/pricing.ts';
 import { inferenceHandler } from '#http/inference-handler.ts';
-import { bodyBytes, header } from '#http/lambda.ts';
+import { decodedBody, header, sizedBody } from '#http/lambda.ts';
 import { parseMultipart } from '#http/multipart.ts';
 import { parseTranscriptionRequest } from '#http/schemas/transcriptions.ts';
 import { type Container, containerFromEnv } from './container.ts';
@@ -15,10 +15,11 @@ import { type Container, containerFromEnv } from './container.ts';
 /** `POST /v1/audio/transcriptions` — a multipart upload; billed on the duration the gateway measures. */
 export const createHandler = (container: () => Container) =>
   inferenceHandler('audio.transcriptions', container, async (event, call, c) => {
-    // The size limit first, then the key: parsing and probing an upload costs CPU that an anonymous caller
-    // should not get to spend.
-    const bytes = bodyBytes(event, c.config.maxAudioBodyBytes);
+    // The size limit first (it reads nothing), then the key: decompressing, parsing and probing an upload costs CPU
+    // that an anonymous caller should not get to spend.
+    const sized = sizedBody(event, c.config.maxAudioBodyBytes);
     await c.gateway.authenticate(header(event, 'authorization'), call);
+    const bytes = decodedBody(event, sized, c.config.maxAudioBodyBytes);
     const { request, file } = parseTranscriptionRequest(
       await parseMultipart(bytes, header(event, 'content-type')),
     );

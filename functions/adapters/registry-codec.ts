@@ -37,44 +37,58 @@ export const modelSchema = z.strictObject({
   created: z.number().int().nonnegative().default(1_767_225_600),
 }) satisfies z.ZodType<Model, unknown>;
 
-export const deploymentSchema = z.strictObject({
-  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/),
-  model: z.string().min(1),
-  provider: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/),
-  adapter: z.enum(['openai-compatible', 'anthropic']),
-  // Keys live in keyRefs, never in the URL: the registry table, its exports and error messages (the price sync
-  // logs a URL it cannot fetch) all show it.
-  baseUrl: z.url({ protocol: /^https?$/ }).refine((url) => {
-    if (!URL.canParse(url)) return true; // z.url has said what is wrong with it
-    const parsed = new URL(url);
-    return parsed.username === '' && parsed.password === '' && parsed.search === '' && parsed.hash === '';
-  }, 'no credentials, query or fragment in a base URL (upstream keys go in keyRefs)'),
-  // Sent upstream in a JSON body and shown in a response header (x-svc-served-model): no control characters.
-  upstreamModel: z
-    .string()
-    .min(1)
-    .max(256)
-    .regex(/^\P{Cc}+$/u, 'no control characters (line breaks, tabs) in an upstream model name'),
-  keyRefs: z
-    .array(
-      z.string().regex(/^(env|secretsmanager):.+$/, 'secret references are env:NAME or secretsmanager:ID'),
-    )
-    .default([]),
-  priority: z.number().int().default(1),
-  weight: z.number().nonnegative().default(1),
-  cost: ratesSchema.optional(),
-  reasoningParams: z.record(z.string(), z.unknown()).optional(),
-  completionCapParam: z.enum(['max_tokens', 'max_completion_tokens']).optional(),
-  omitParams: z.array(z.enum(OMITTABLE_PARAMS)).min(1).optional(),
-  timeouts: z
-    .strictObject({
-      // At most a timer's longest delay: past it Node fires the timer at once, cutting every call.
-      firstByteMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
-      idleMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
-    })
-    .optional(),
-  status: z.enum(['active', 'retired']).default('active'),
-}) satisfies z.ZodType<Deployment, unknown>;
+export const deploymentSchema = z
+  .strictObject({
+    id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/),
+    model: z.string().min(1),
+    provider: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/),
+    adapter: z.enum(['openai-compatible', 'anthropic']),
+    // Keys live in keyRefs, never in the URL: the registry table, its exports and error messages (the price sync
+    // logs a URL it cannot fetch) all show it.
+    baseUrl: z.url({ protocol: /^https?$/ }).refine((url) => {
+      if (!URL.canParse(url)) return true; // z.url has said what is wrong with it
+      const parsed = new URL(url);
+      return parsed.username === '' && parsed.password === '' && parsed.search === '' && parsed.hash === '';
+    }, 'no credentials, query or fragment in a base URL (upstream keys go in keyRefs)'),
+    // Sent upstream in a JSON body and shown in a response header (x-svc-served-model): no control characters.
+    upstreamModel: z
+      .string()
+      .min(1)
+      .max(256)
+      .regex(/^\P{Cc}+$/u, 'no control characters (line breaks, tabs) in an upstream model name'),
+    keyRefs: z
+      .array(
+        z.string().regex(/^(env|secretsmanager):.+$/, 'secret references are env:NAME or secretsmanager:ID'),
+      )
+      .default([]),
+    priority: z.number().int().default(1),
+    weight: z.number().nonnegative().default(1),
+    cost: ratesSchema.optional(),
+    reasoningParams: z.record(z.string(), z.unknown()).optional(),
+    completionCapParam: z.enum(['max_tokens', 'max_completion_tokens']).optional(),
+    omitParams: z.array(z.enum(OMITTABLE_PARAMS)).min(1).optional(),
+    timeouts: z
+      .strictObject({
+        // At most a timer's longest delay: past it Node fires the timer at once, cutting every call.
+        firstByteMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
+        idleMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
+      })
+      .optional(),
+    status: z.enum(['active', 'retired']).default('active'),
+  })
+  .refine((d) => d.keyRefs.length === 0 || !clearToAnotherHost(d.baseUrl), {
+    message:
+      'a deployment with keys is called over https (over http only on this machine): its keys would cross the network in clear',
+    path: ['baseUrl'],
+  }) satisfies z.ZodType<Deployment, unknown>;
+
+/** Whether requests to `url` travel unencrypted to another machine: http to anything but a loopback host. */
+const clearToAnotherHost = (url: string): boolean => {
+  if (!URL.canParse(url)) return false; // the field's own check says what is wrong with it
+  const { protocol, hostname } = new URL(url);
+  if (protocol !== 'http:') return false;
+  return !(hostname === 'localhost' || hostname === '[::1]' || /^127(?:\.\d{1,3}){3}$/.test(hostname));
+};
 
 /** `models[3].rates.input`: the path of an issue as an operator writes it. */
 export const formatPath = (path: readonly PropertyKey[], root = ''): string =>

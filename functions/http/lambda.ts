@@ -32,7 +32,14 @@ export const requestIdOf = (context: LambdaContext): string =>
  * the client compressed it (`Content-Encoding`). The limit holds for the decoded bytes too, so a small
  * compressed body cannot expand into more than a plain one may carry.
  */
-export const bodyBytes = (event: HttpEvent, limitBytes: number): Buffer => {
+export const bodyBytes = (event: HttpEvent, limitBytes: number): Buffer =>
+  decodedBody(event, sizedBody(event, limitBytes), limitBytes);
+
+/**
+ * The body's bytes as sent (base64 undone, compression not), refused over the size limit: the checks that cost next
+ * to nothing, which an endpoint may make before the caller's key (then `decodedBody`, after it).
+ */
+export const sizedBody = (event: HttpEvent, limitBytes: number): Buffer => {
   const raw = event.body ?? '';
   // A lower bound on the byte size, so an oversized body is refused before it is decoded or encoded:
   // base64 inflates by 4/3, and UTF-8 never takes fewer bytes than UTF-16 code units.
@@ -40,8 +47,13 @@ export const bodyBytes = (event: HttpEvent, limitBytes: number): Buffer => {
   if (atLeast > limitBytes) throw new RequestTooLargeError(limitBytes);
   const bytes = event.isBase64Encoded ? Buffer.from(raw, 'base64') : Buffer.from(raw, 'utf8');
   if (bytes.length > limitBytes) throw new RequestTooLargeError(limitBytes);
+  return bytes;
+};
+
+/** `sized` (from `sizedBody`) decompressed as its Content-Encoding says, held to the same limit. */
+export const decodedBody = (event: HttpEvent, sized: Buffer, limitBytes: number): Buffer => {
   const encoding = contentEncoding(event);
-  return encoding === null ? bytes : decompress(bytes, encoding, limitBytes);
+  return encoding === null ? sized : decompress(sized, encoding, limitBytes);
 };
 
 /** The codings a client may compress a body with (RFC 9110 §8.4.1), and how each is undone. */

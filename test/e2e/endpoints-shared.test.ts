@@ -212,3 +212,29 @@ describe.each(cases)('POST /v1$endpoint, as chat', ({ model, kind, call, ok }) =
     expect(await errorOf(response)).toMatchObject({ code: 'engine_overloaded' });
   });
 });
+
+describe('the key before the body, on every endpoint', () => {
+  it.each(cases.map((c) => c.endpoint))(
+    '%s: a caller without a valid key gets 401 however its body is encoded, and nothing is decompressed for it',
+    async (endpoint) => {
+      const form = new FormData();
+      form.set('file', new Blob([WAV], { type: 'audio/wav' }), 'hello.wav');
+      form.set('model', 'svc-stt');
+      const body = endpoint === '/audio/transcriptions' ? form : '{"model":"x"}';
+      for (const encoding of ['bogus', 'gzip']) {
+        const response = await fetch(`${t.baseURL}${endpoint}`, {
+          method: 'POST',
+          headers: {
+            authorization: 'Bearer svc_live_nobodyHasThisKey0000000000',
+            'content-encoding': encoding,
+            ...(typeof body === 'string' ? { 'content-type': 'application/json' } : {}),
+          },
+          body,
+        });
+        // Not 400 "unsupported/invalid Content-Encoding": that would be decoding for an anonymous caller.
+        expect(response.status).toBe(401);
+        expect(await errorOf(response)).toMatchObject({ code: 'invalid_api_key' });
+      }
+    },
+  );
+});

@@ -187,7 +187,7 @@ describe('registry file', () => {
   });
 
   it.each([
-    'http://user:secret@api.example.com/v1',
+    'https://user:secret@api.example.com/v1',
     'https://api.example.com/v1?api_key=secret',
     'https://api.example.com/v1#secret',
   ])('refuses a base URL carrying credentials, a query or a fragment: %s', (baseUrl) => {
@@ -196,6 +196,22 @@ describe('registry file', () => {
     expect(issues(input)).toEqual([
       'deployments[0].baseUrl: no credentials, query or fragment in a base URL (upstream keys go in keyRefs)',
     ]);
+  });
+
+  it('refuses http for a deployment with keys unless it is on this machine: the keys would cross the network in clear', () => {
+    const at = (baseUrl: string, keyRefs = ['env:PROV_KEY']) => {
+      const input = file(1);
+      Object.assign(input.deployments[0] as object, { baseUrl, keyRefs });
+      return input;
+    };
+    expect(issues(at('http://api.prov.example/v1'))).toEqual([
+      'deployments[0].baseUrl: a deployment with keys is called over https (over http only on this machine): its keys would cross the network in clear',
+    ]);
+    expect(issues(at('http://10.0.3.7:8000/v1'))).toHaveLength(1);
+    for (const ok of ['http://127.0.0.1:8000/v1', 'http://localhost:11434/v1', 'http://[::1]:8000/v1'])
+      expect(() => parseRegistryFile(at(ok))).not.toThrow();
+    // Without keys there is nothing to leak: a self-hosted server on the network, as it is.
+    expect(() => parseRegistryFile(at('http://10.0.3.7:8000/v1', []))).not.toThrow();
   });
 
   it('takes a completion cap field for chat deployments only', () => {
