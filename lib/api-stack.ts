@@ -76,6 +76,28 @@ export class ApiStack extends Stack {
         ),
       },
     });
+    // The 4xx API Gateway answers itself that a client handles by its code, as ours: its throttling (a 429 an SDK
+    // retries) and a body over its 10 MB (our own limits are lower, so only a body no function may read meets it).
+    this.api.addGatewayResponse('throttled', {
+      type: ResponseType.THROTTLED,
+      statusCode: '429',
+      responseHeaders: GATEWAY_RESPONSE_HEADERS,
+      templates: {
+        'application/json': openAiError('requests', '$context.error.messageString', 'rate_limit_exceeded'),
+      },
+    });
+    this.api.addGatewayResponse('request-too-large', {
+      type: ResponseType.REQUEST_TOO_LARGE,
+      statusCode: '413',
+      responseHeaders: GATEWAY_RESPONSE_HEADERS,
+      templates: {
+        'application/json': openAiError(
+          'invalid_request_error',
+          '$context.error.messageString',
+          'request_too_large',
+        ),
+      },
+    });
     this.api.addGatewayResponse('default-4xx', {
       type: ResponseType.DEFAULT_4XX,
       responseHeaders: GATEWAY_RESPONSE_HEADERS,

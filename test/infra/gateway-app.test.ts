@@ -448,7 +448,27 @@ describe('the CDK app', () => {
       'DEFAULT_4XX',
       'DEFAULT_5XX',
       'MISSING_AUTHENTICATION_TOKEN',
+      'REQUEST_TOO_LARGE',
+      'THROTTLED',
     ]);
+    // The two a client's SDK acts on by their code, as it would on ours (core/errors.ts).
+    const codeOf = (type: string) => {
+      const response = one(
+        responses.filter((r) => r.properties.ResponseType === type),
+        type,
+      );
+      const template = response.properties.ResponseTemplates['application/json'] as string;
+      const body = JSON.parse(template.replaceAll('$context.error.messageString', '"m"')) as {
+        error: { code: string; type: string };
+      };
+      return { status: response.properties.StatusCode, ...body.error };
+    };
+    expect(codeOf('THROTTLED')).toMatchObject({
+      status: '429',
+      code: 'rate_limit_exceeded',
+      type: 'requests',
+    });
+    expect(codeOf('REQUEST_TOO_LARGE')).toMatchObject({ status: '413', code: 'request_too_large' });
     for (const response of responses) {
       const template = response.properties.ResponseTemplates['application/json'] as string;
       // What API Gateway substitutes: its own words, a quoted message, and the client's path, unescaped.

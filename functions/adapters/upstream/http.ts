@@ -244,14 +244,8 @@ const MAX_ERROR_BODY = 64 * 1024;
 export const statusFailure = async (response: UpstreamResponse): Promise<UpstreamFailure> => {
   const status = response.statusCode;
   const upstreamError = await readErrorBody(response);
-  // A 429 that no wait cures: the one request is larger than our key's per-minute quota there (OpenAI's "Request too
-  // large for … on tokens per min"). Another deployment may take it; this one never will, and it is no sign of load —
-  // counted as busy, a client sending such prompts would open the deployment's circuit for everyone.
-  if (status === 429 && upstreamError && TOO_LARGE.test(upstreamError.message))
-    return new UpstreamFailure('unsupported', 'upstream status 429 (request too large for its quota)', {
-      status,
-      upstreamError: REQUEST_TOO_LARGE,
-    });
+  const read = upstreamError ? readBody(status, upstreamError) : null;
+  if (read) return new UpstreamFailure(read.kind, read.detail, { status, upstreamError: read.error });
   let kind: FailureKind;
   if (status === 429) kind = upstreamError?.code === 'engine_overloaded' ? 'overloaded' : 'rate_limited';
   // 402: our account with the provider cannot pay — like a bad key, the deployment's fault, not the request's.
@@ -270,8 +264,6 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
   );
 };
 
-const TOO_LARGE = /\brequest too large\b/i;
-
 /** What the client is told when every deployment found its request too large (the upstream's text names its org). */
 const REQUEST_TOO_LARGE: UpstreamErrorBody = {
   message:
@@ -279,6 +271,65 @@ const REQUEST_TOO_LARGE: UpstreamErrorBody = {
   type: 'invalid_request_error',
   code: 'request_too_large',
   param: null,
+};
+
+/** …when every deployment's provider routes nothing that supports the request (the upstream's text names them). */
+const NO_PROVIDER_SUPPORTS: UpstreamErrorBody = {
+  message:
+    "None of this model's providers supports this request (its tools, response format or parameters). Remove what it needs, or choose another model.",
+  type: 'invalid_request_error',
+  code: 'unsupported_request',
+  param: null,
+};
+
+/** …when a provider's moderation refused the request (its text names the provider and the flagged categories). */
+const FLAGGED: UpstreamErrorBody = {
+  message: "The request was refused by the upstream provider's content moderation.",
+  type: 'invalid_request_error',
+  code: 'content_policy_violation',
+  param: null,
+};
+
+/** Error codes OpenAI-compatible providers answer with a 400 that are the deployment's, not the request's. */
+const DEPLOYMENT_CODES: ReadonlySet<string> = new Set(['model_decommissioned', 'model_not_found']);
+/** A 400 refusing our key (Google's "API key not valid"), where others answer 401. */
+const KEY_REFUSED =
+  /\bapi[ _-]?key\b[^.]{0,40}\b(?:not valid|invalid|expired)\b|\b(?:invalid|incorrect|expired)\b[^.]{0,40}\bapi[ _-]?key\b/i;
+
+/**
+ * Upstream errors whose status alone would misjudge them — and a client could then make one deployment's fault its own
+ * 400, or its own request a deployment's fault that opens a circuit for everyone. Null: the status says it.
+ * - 429 "Request too large … on tokens per min": larger than our key's per-minute quota there. No wait cures it and
+ *   it is no load; another deployment may take it.
+ * - 404 "No endpoints found that support …" (OpenRouter): nothing behind this deployment supports the request's
+ *   tools or parameters; another deployment may.
+ * - 403 flagged by the provider's moderation: the request's content, which another deployment need not take either.
+ * - 400 with a retired or unknown upstream model, or refusing our key: the deployment's fault, not the request's.
+ */
+const readBody = (
+  status: number,
+  error: UpstreamErrorBody,
+): { kind: FailureKind; detail: string; error: UpstreamErrorBody } | null => {
+  const { message, code } = error;
+  if (status === 429 && /\brequest too large\b/i.test(message))
+    return {
+      kind: 'unsupported',
+      detail: 'upstream status 429 (request too large for its quota)',
+      error: REQUEST_TOO_LARGE,
+    };
+  if (status === 404 && /\bno endpoints found\b/i.test(message))
+    return {
+      kind: 'unsupported',
+      detail: 'upstream status 404 (no endpoint supports the request)',
+      error: NO_PROVIDER_SUPPORTS,
+    };
+  if (status === 403 && /\b(?:flagged|moderation)\b/i.test(message))
+    return { kind: 'rejected', detail: 'upstream status 403 (flagged by moderation)', error: FLAGGED };
+  if (status === 400 && code !== null && DEPLOYMENT_CODES.has(code))
+    return { kind: 'server_error', detail: `upstream status 400 (${code})`, error };
+  if (status === 400 && KEY_REFUSED.test(message))
+    return { kind: 'auth', detail: 'upstream status 400 (our key refused)', error };
+  return null;
 };
 
 /**

@@ -290,6 +290,34 @@ describe('statusFailure: what an upstream error tells routing and the client', (
     expect(spent.kind).toBe('rate_limited');
   });
 
+  it('reads what the status alone would misjudge: the deployment at fault, or the request, whichever it is', async () => {
+    const failureOf = (status: number, error: Record<string, unknown>) =>
+      statusFailure(response(status, { error: { message: 'x', ...error } }));
+    // OpenRouter: no endpoint behind this deployment supports the request — another deployment may.
+    const noEndpoint = await failureOf(404, { message: 'No endpoints found that support tool use.' });
+    expect(noEndpoint.kind).toBe('unsupported');
+    expect(noEndpoint.upstreamError).toMatchObject({ code: 'unsupported_request' });
+    // A provider's moderation: the request's content, passed on as a 400 in our words (no provider named).
+    const flagged = await failureOf(403, {
+      message: 'famX requires moderation on ProviderY. Your input was flagged for "harassment".',
+    });
+    expect(flagged.kind).toBe('rejected');
+    expect(flagged.upstreamError).toMatchObject({ code: 'content_policy_violation' });
+    expect(flagged.upstreamError?.message).not.toMatch(/ProviderY|harassment/);
+    // A retired or unknown upstream model, our key refused with a 400: the deployment's, not the client's 400.
+    expect((await failureOf(400, { code: 'model_decommissioned' })).kind).toBe('server_error');
+    expect((await failureOf(400, { code: 'model_not_found' })).kind).toBe('server_error');
+    expect((await failureOf(400, { message: 'API key not valid. Please pass a valid API key.' })).kind).toBe(
+      'auth',
+    );
+    // What the status says stays: a plain 403 is our key, a plain 404 the deployment, a 400 the request.
+    expect((await failureOf(403, { message: 'Forbidden' })).kind).toBe('auth');
+    expect((await failureOf(404, { message: 'Not found' })).kind).toBe('server_error');
+    expect((await failureOf(400, { message: 'messages: too long', code: 'invalid_value' })).kind).toBe(
+      'rejected',
+    );
+  });
+
   it("takes a 402 for our provider account's fault, which another key or deployment may not have", async () => {
     const failure = await statusFailure(
       response(402, { error: { message: 'org-SECRETORG has insufficient credits (balance $0.42)' } }),
