@@ -68,10 +68,14 @@ export class UpstreamFailure extends Error {
 const KEY_FAULTS: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited', 'server_error', 'auth']);
 /**
  * Faults of the key alone — refused (revoked, out of credit), or its own quota spent — which another key of the same
- * deployment does not share: retried with the next key on every call, streams included (nothing has reached the
- * client before the first byte), not only where spec §7 asks for cycling (non-stream calls, on any upstream fault).
+ * deployment may not share: retried with another key on every call, streams included (nothing has reached the client
+ * before the first byte; a stream tries one more key, KEY_ONLY_TRIES), not only where spec §7 asks for cycling
+ * (non-stream calls, every key, on any upstream fault).
  */
 const KEY_ONLY_FAULTS: ReadonlySet<FailureKind> = new Set(['rate_limited', 'auth']);
+
+/** Keys of one deployment a call that does not cycle keys (a stream) tries on faults of the key alone. */
+const KEY_ONLY_TRIES = 2;
 
 /**
  * What this instance remembers of keys that failed on their own (KEY_ONLY_FAULTS): a call starts on a key not
@@ -142,7 +146,9 @@ export const withFallback = async <T>(
   // The soonest any busy deployment may take a call again, for the all-busy 429's Retry-After.
   let soonestMs = Number.POSITIVE_INFINITY;
   for (const deployment of plan) {
-    for (const keyIndex of keyOrder(deployment, options)) {
+    const { keys, fresh } = keyOrder(deployment, options);
+    for (let k = 0; k < keys.length; k++) {
+      const keyIndex = keys[k] as number;
       if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure, soonestMs);
       if (deadline?.aborted) throw outOfTime(deadline);
       const started = clock.now();
@@ -173,7 +179,10 @@ export const withFallback = async <T>(
         if (error.kind === 'rejected') throw rejected(error);
         if (KEY_ONLY_FAULTS.has(error.kind)) options.keys?.failed(deployment.id, keyIndex, error);
         // Transport failures are about the deployment, not the key: go straight to the next one.
-        if (!(options.cycleKeys ? KEY_FAULTS : KEY_ONLY_FAULTS).has(error.kind)) break;
+        if (options.cycleKeys ? !KEY_FAULTS.has(error.kind) : !KEY_ONLY_FAULTS.has(error.kind)) break;
+        // Without spec §7's cycling, one more key at most, and only one not known to fail: keys of one organisation
+        // share its quota, and a stream must not spend its attempts on them before the next deployment.
+        if (!options.cycleKeys && (k + 1 >= KEY_ONLY_TRIES || k + 1 >= fresh)) break;
       }
     }
   }
@@ -182,19 +191,20 @@ export const withFallback = async <T>(
 
 /**
  * The keys of `deployment` in the order a call tries them: from a random one (load spreads over the keys), those this
- * instance shuns (KeyMemory) last. A deployment without keys is called once.
+ * instance shuns (KeyMemory) last; `fresh` of them are not shunned. A deployment without keys is called once.
  */
-const keyOrder = (deployment: Deployment, options: FallbackOptions): number[] => {
-  const keys = Math.max(1, deployment.keyRefs.length);
-  const start = Math.floor(options.random() * keys);
-  const order: number[] = [];
+const keyOrder = (deployment: Deployment, options: FallbackOptions): { keys: number[]; fresh: number } => {
+  const count = Math.max(1, deployment.keyRefs.length);
+  const start = Math.floor(options.random() * count);
+  const keys: number[] = [];
   const shunned: number[] = [];
-  for (let k = 0; k < keys; k++) {
-    const keyIndex = (start + k) % keys;
-    if (keys > 1 && options.keys?.shunned(deployment.id, keyIndex)) shunned.push(keyIndex);
-    else order.push(keyIndex);
+  for (let k = 0; k < count; k++) {
+    const keyIndex = (start + k) % count;
+    if (count > 1 && options.keys?.shunned(deployment.id, keyIndex)) shunned.push(keyIndex);
+    else keys.push(keyIndex);
   }
-  return shunned.length > 0 ? order.concat(shunned) : order;
+  const fresh = keys.length;
+  return { keys: shunned.length > 0 ? keys.concat(shunned) : keys, fresh };
 };
 
 /** The detail of an attempt abandoned at the call's deadline (see FallbackOptions.deadline); no failure has it. */

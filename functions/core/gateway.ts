@@ -20,6 +20,15 @@ import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
 /** `BilledCall.discard` when a call's route produces nothing to release: one function for every call. */
 const keepAll = (): void => {};
 
+/** Outcomes health ignores (health.ts NEUTRAL): the request refused, or not expressible by the deployment. */
+const IGNORED_VERDICTS: ReadonlySet<Attempt['outcome']> = new Set(['rejected', 'unsupported']);
+
+/**
+ * Whether an attempt's time is its time to a first byte — a stream's, or speech's (it answers as its first audio
+ * arrives) — rather than a whole reply's, whose length the client's request decides.
+ */
+const timesFirstByte = (call: CallRecorder): boolean => call.stream || call.endpoint === 'audio.speech';
+
 /** A billed call, as `Gateway.admitAndRoute` takes it. */
 export interface BilledCall<T> {
   /** What admission checks and holds: the limits' estimate and the wallet's worst case. */
@@ -255,11 +264,19 @@ export class Gateway {
         const judged = attempts.filter((a) => !abandoned(a));
         // One verdict per deployment per call — its last attempt's, after key cycling: three keys each refusing
         // one request (a client's prompt too large for each key's quota) are not three overloads in a row.
+        // A failure health counts outweighs one it ignores (a 5xx on one key, then the request refused on the next).
         const verdicts = new Map<string, Attempt>();
-        for (const a of judged)
-          if (a.outcome !== 'ok' && a.deployment !== served) verdicts.set(a.deployment, a);
+        for (const a of judged) {
+          if (a.outcome === 'ok' || a.deployment === served) continue;
+          const kept = verdicts.get(a.deployment);
+          if (!kept || !IGNORED_VERDICTS.has(a.outcome) || IGNORED_VERDICTS.has(kept.outcome))
+            verdicts.set(a.deployment, a);
+        }
+        // A failed attempt's time speaks of the deployment only where its timeout was the first byte's: a non-stream
+        // call's timeout also runs while the reply is generated, as long as the client's answer needs.
+        const timed = timesFirstByte(call);
         for (const a of verdicts.values())
-          health.record(a.deployment, a.outcome, a.ms, probes.get(a.deployment) ?? null);
+          health.record(a.deployment, a.outcome, timed ? a.ms : null, probes.get(a.deployment) ?? null);
         // A probe whose request ended before its attempt did (the client went away) leaves no verdict.
         for (const [deployment, probe] of probes)
           if (!judged.some((a) => a.deployment === deployment)) health.release(deployment, probe);
@@ -281,8 +298,7 @@ export class Gateway {
     const probe = this.#probes.get(call)?.get(served.deployment) ?? null;
     // A non-stream reply's time is its whole generation's, which the client's request decides: not the
     // deployment's latency (health.ts `record`).
-    // (Speech answers as its first audio arrives, like a stream.)
-    const firstByteMs = call.stream || call.endpoint === 'audio.speech' ? served.ms : null;
+    const firstByteMs = timesFirstByte(call) ? served.ms : null;
     health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', firstByteMs, probe);
   }
 }

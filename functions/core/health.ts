@@ -135,8 +135,9 @@ export class HealthBoard implements KeyMemory {
   /**
    * Records one attempt's outcome (from fallback) or a stream that broke after its first byte. `probe` is the
    * token of the half-open probe this attempt was, if it was one. `ms` is the attempt's time to its first byte:
-   * null for a non-stream reply that served, whose time is the whole generation's — long because the client asked
-   * for a long answer, not because the deployment is slow — and must not be ranked against streams' first events.
+   * null for a non-stream call's attempt, whose time is the whole generation's — long because the client asked
+   * for a long answer, not because the deployment is slow — and must not be ranked against streams' first events,
+   * nor its timeout taken for a hang (the failure run).
    */
   record(
     deploymentId: string,
@@ -194,7 +195,10 @@ export class HealthBoard implements KeyMemory {
     const ok = outcome === 'ok';
     this.#add(circuit, { at: now, ok, busy: BUSY.has(outcome), ms });
     circuit.overloadRun = BUSY.has(outcome) ? circuit.overloadRun + 1 : 0;
-    circuit.failureRun = ok ? 0 : circuit.failureRun + 1;
+    // A timeout whose time says nothing of the deployment (`ms` null: a non-stream reply's, which runs as long as the
+    // client's answer needs) neither extends the run nor breaks it: three long answers in a row are no hang.
+    if (ok) circuit.failureRun = 0;
+    else if (!(outcome === 'timeout' && ms === null)) circuit.failureRun++;
     if (circuit.overloadRun >= this.#policy.overloadRun) {
       this.#open(circuit, 'overloaded', now, false);
       return;

@@ -167,13 +167,11 @@ describe('a hanging deployment', () => {
       await res.text();
     }
     t.simulator.clearCalls();
-    const started = performance.now();
     const res = await chat(model, { stream: true });
     expect(res.headers.get('x-svc-provider')).toBe('sim-b');
     await res.text();
-    // Served at once by sim-b, sim-a not waited on.
+    // Served by sim-b without a try of sim-a: no first-byte timeout waited out.
     expect(t.simulator.calls('sim-a')).toHaveLength(0);
-    expect(performance.now() - started).toBeLessThan(FIRST_BYTE_TIMEOUT_MS);
   }, 30_000);
 });
 

@@ -19,6 +19,8 @@ import {
  */
 
 const HIDDEN = 'hidden-upstream-model';
+/** The stack's stream first-byte timeout: short, for an upstream that only ever sends keep-alives. */
+const FIRST_BYTE_MS = 2_000;
 const UPSTREAM_KEY = '3f2a9c1e-7b4d-4e8a-9f01-2c3d4e5f6a7b';
 const MODEL = 'famA-v4.1-flash';
 
@@ -156,6 +158,15 @@ const FAULTY: Readonly<Record<string, (res: ServerResponse) => void>> = {
     for (const chunk of chunks()) res.write(line(chunk));
     res.end('data: [DONE]\n\n');
   },
+  // Empty keep-alive objects and nothing else, until well past the first-byte timeout.
+  'only-keep-alives': (res) => {
+    const timer = setInterval(() => res.write('data: {}\n\n'), 100);
+    setTimeout(() => {
+      clearInterval(timer);
+      res.end();
+    }, FIRST_BYTE_MS * 3);
+    res.on('close', () => clearInterval(timer));
+  },
   // Empty keep-alive objects among the chunks.
   'keep-alive': (res) => {
     for (const chunk of chunks()) res.write(`data: {}\n\n${line(chunk)}`);
@@ -277,7 +288,10 @@ beforeAll(async () => {
         res.writeHead(200, { 'content-type': 'application/json' });
         const usage = { prompt_tokens: 7, completion_tokens: 0, total_tokens: 7 };
         const reply = { id: 'chatcmpl-none', object: 'chat.completion', created: 1, model: HIDDEN };
-        return void res.end(JSON.stringify({ ...reply, choices: [], usage }));
+        const choices = body.messages.some((msg) => msg.content.includes('null-message'))
+          ? [{ index: 0, message: null, finish_reason: 'stop' }]
+          : [];
+        return void res.end(JSON.stringify({ ...reply, choices, usage }));
       }
       if (body.messages.some((msg) => msg.content.includes('mode=two-choices'))) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -309,7 +323,7 @@ beforeAll(async () => {
     upstreamModel: HIDDEN,
     upstreamApiKey: UPSTREAM_KEY,
     // Faulty replies on the one deployment, test after test: no circuit may open across them.
-    functionEnv: NO_CIRCUIT_BREAKING,
+    functionEnv: { ...NO_CIRCUIT_BREAKING, UPSTREAM_STREAM_FIRST_BYTE_TIMEOUT_MS: String(FIRST_BYTE_MS) },
   });
 }, 120_000);
 
@@ -482,12 +496,26 @@ describe('an upstream that breaks the protocol around a reply', () => {
     },
   );
 
-  it('a non-stream completion with no choice is an upstream failure, not a 200 billed for its prompt', async () => {
+  it.each(['mode=no-choices', 'mode=no-choices null-message'])(
+    '(%s): a non-stream completion that answers nothing is an upstream failure, not a 200 billed for its prompt',
+    async (content) => {
+      await drainSettlements(t.stack);
+      const res = await t.post('/chat/completions', { model: MODEL, messages: [{ role: 'user', content }] });
+      expect(res.status).toBeGreaterThanOrEqual(500);
+      await res.text();
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ cost: 0 });
+    },
+  );
+
+  it('keep-alives alone commit nothing: the first-byte timeout still cuts the attempt', async () => {
     await drainSettlements(t.stack);
     const res = await t.post('/chat/completions', {
       model: MODEL,
-      messages: [{ role: 'user', content: 'mode=no-choices' }],
+      stream: true,
+      messages: [{ role: 'user', content: 'mode=only-keep-alives' }],
     });
+    // An error response (the upstream's first byte never came) — not a 200 committed to an upstream that only pings.
     expect(res.status).toBeGreaterThanOrEqual(500);
     await res.text();
     const [record] = await takeSettlements(t.stack, 1);

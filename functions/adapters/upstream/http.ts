@@ -292,9 +292,6 @@ const FLAGGED: UpstreamErrorBody = {
 
 /** Error codes OpenAI-compatible providers answer with a 400 that are the deployment's, not the request's. */
 const DEPLOYMENT_CODES: ReadonlySet<string> = new Set(['model_decommissioned', 'model_not_found']);
-/** A 400 refusing our key (Google's "API key not valid"), where others answer 401. */
-const KEY_REFUSED =
-  /\bapi[ _-]?key\b[^.]{0,40}\b(?:not valid|invalid|expired)\b|\b(?:invalid|incorrect|expired)\b[^.]{0,40}\bapi[ _-]?key\b/i;
 
 /**
  * Upstream errors whose status alone would misjudge them — and a client could then make one deployment's fault its own
@@ -304,7 +301,10 @@ const KEY_REFUSED =
  * - 404 "No endpoints found that support …" (OpenRouter): nothing behind this deployment supports the request's
  *   tools or parameters; another deployment may.
  * - 403 flagged by the provider's moderation: the request's content, which another deployment need not take either.
- * - 400 with a retired or unknown upstream model, or refusing our key: the deployment's fault, not the request's.
+ * - 400 with a retired or unknown upstream model (by its code): the deployment's fault, not the request's.
+ * Messages are matched only where their words are the provider's own: an error message may quote the client's
+ * request (a tool named "api-key" in an invalid schema), and a client must not be able to word its way into a
+ * deployment's fault.
  */
 const readBody = (
   status: number,
@@ -317,7 +317,8 @@ const readBody = (
       detail: 'upstream status 429 (request too large for its quota)',
       error: REQUEST_TOO_LARGE,
     };
-  if (status === 404 && /\bno endpoints found\b/i.test(message))
+  // Not "No endpoints found for <model>": that is the deployment's model gone, its own fault.
+  if (status === 404 && /\bno endpoints found that support\b/i.test(message))
     return {
       kind: 'unsupported',
       detail: 'upstream status 404 (no endpoint supports the request)',
@@ -327,8 +328,6 @@ const readBody = (
     return { kind: 'rejected', detail: 'upstream status 403 (flagged by moderation)', error: FLAGGED };
   if (status === 400 && code !== null && DEPLOYMENT_CODES.has(code))
     return { kind: 'server_error', detail: `upstream status 400 (${code})`, error };
-  if (status === 400 && KEY_REFUSED.test(message))
-    return { kind: 'auth', detail: 'upstream status 400 (our key refused)', error };
   return null;
 };
 

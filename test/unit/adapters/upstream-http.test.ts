@@ -304,12 +304,17 @@ describe('statusFailure: what an upstream error tells routing and the client', (
     expect(flagged.kind).toBe('rejected');
     expect(flagged.upstreamError).toMatchObject({ code: 'content_policy_violation' });
     expect(flagged.upstreamError?.message).not.toMatch(/ProviderY|harassment/);
-    // A retired or unknown upstream model, our key refused with a 400: the deployment's, not the client's 400.
+    // A retired or unknown upstream model, by its code: the deployment's, not the client's 400.
     expect((await failureOf(400, { code: 'model_decommissioned' })).kind).toBe('server_error');
     expect((await failureOf(400, { code: 'model_not_found' })).kind).toBe('server_error');
-    expect((await failureOf(400, { message: 'API key not valid. Please pass a valid API key.' })).kind).toBe(
-      'auth',
-    );
+    // OpenRouter's other 404: the deployment's model is gone — its fault, which health must see.
+    expect((await failureOf(404, { message: 'No endpoints found for famX-1.' })).kind).toBe('server_error');
+    // A message quoting the client's request reads as nothing but the request's fault.
+    const quoted = await failureOf(400, {
+      message: "Invalid schema for function 'api-key': the key is invalid.",
+      code: 'invalid_function_parameters',
+    });
+    expect(quoted.kind).toBe('rejected');
     // What the status says stays: a plain 403 is our key, a plain 404 the deployment, a 400 the request.
     expect((await failureOf(403, { message: 'Forbidden' })).kind).toBe('auth');
     expect((await failureOf(404, { message: 'Not found' })).kind).toBe('server_error');

@@ -93,6 +93,41 @@ describe('withFallback', () => {
     }
   });
 
+  it('spends at most one more key of a deployment on a stream, and none it knows to fail, before the next deployment', async () => {
+    const c = deployment({ id: 'c', provider: 'pc', keyRefs: ['env:C1'] });
+    const shunned = new Set<string>();
+    const stream = async () => {
+      const calls: string[] = [];
+      const result = await withFallback(
+        [a, c],
+        {
+          cycleKeys: false,
+          maxAttempts: 3,
+          clock: manualClock(),
+          random: () => 0,
+          attempts: [],
+          keys: {
+            shunned: (d, k) => shunned.has(`${d}#${k}`),
+            failed: (d, k) => shunned.add(`${d}#${k}`),
+          },
+        },
+        async (d, k) => {
+          calls.push(`${d.id}#${k}`);
+          // Every key of a shares one spent quota.
+          if (d.id === 'a') throw new UpstreamFailure('rate_limited', 'spent', { status: 429 });
+          return d.id;
+        },
+      );
+      return { calls, result };
+    };
+    // Three attempts allowed: two of a's keys, then c — not a's third key and a 429.
+    expect(await stream()).toMatchObject({ calls: ['a#0', 'a#1', 'c#0'], result: { value: 'c' } });
+    // Next call: a's one fresh key, and no more of a's.
+    expect(await stream()).toMatchObject({ calls: ['a#2', 'c#0'], result: { value: 'c' } });
+    // All of a's keys shunned: one try of a (it may have come back), then c.
+    expect(await stream()).toMatchObject({ calls: ['a#0', 'c#0'], result: { value: 'c' } });
+  });
+
   it('starts on keys the instance does not shun, and tells it of keys that failed on their own', async () => {
     const failed: string[] = [];
     const shunned = new Set(['a#0', 'a#1']);

@@ -60,6 +60,19 @@ describe('Gateway.route and the call’s deadline', () => {
     expect(((await routed) as Error).message).toMatch(/set "stream": true/);
   });
 
+  it('does not tell a stream to stream: its providers were only slow to begin', async () => {
+    const { alarms, gateway, resolved, call, hanging } = setup();
+    call.stream = true;
+    call.endBy = alarms.now() + 60_000;
+    call.firstByteBy = alarms.now() + 30_000;
+    const routed = gateway.route(resolved, call, false, hanging).catch((error: unknown) => error);
+    await Promise.resolve();
+    alarms.advance(30_000);
+    const message = ((await routed) as Error).message;
+    expect(message).not.toMatch(/"stream": true/);
+    expect(message).toMatch(/Please retry/);
+  });
+
   it('disarms the alarm once the route is served', async () => {
     const { alarms, gateway, resolved, call } = setup();
     call.endBy = alarms.now() + 5_000;

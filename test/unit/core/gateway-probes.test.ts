@@ -219,6 +219,38 @@ describe('Gateway verdicts on deployments', () => {
     expect(health.view('a')).toMatchObject({ calls: POLICY.overloadRun - 1, busy: POLICY.overloadRun - 1 });
   });
 
+  it('keeps the verdict health counts over one it ignores, and the time of a non-stream failure out of it', async () => {
+    const clock = manualClock();
+    const recorded: string[] = [];
+    const health = new (class extends HealthBoard {
+      override record(...args: Parameters<HealthBoard['record']>): void {
+        recorded.push(`${args[0]}:${args[1]}:${args[2]}`);
+        super.record(...args);
+      }
+    })(POLICY, clock);
+    const gateway = gatewayOn(clock, health);
+    // a's first key fails with a 5xx, its second refuses the request itself: a 400 for the client, a 5xx for a.
+    const refused = await gateway
+      .route(keyed, new CallRecorder('chat.completions', 'r1', clock), true, async (_d, k) => {
+        clock.advance(7);
+        if (k === 0) throw new UpstreamFailure('server_error', 'broken', { status: 500 });
+        throw new UpstreamFailure('rejected', 'bad request', { status: 400 });
+      })
+      .catch((error: unknown) => error);
+    expect(refused).toMatchObject({ status: 400 });
+    // A non-stream call: the failure's time is a whole reply's, not the deployment's speed.
+    expect(recorded).toEqual(['a:server_error:null']);
+    recorded.length = 0;
+    const stream = new CallRecorder('chat.completions', 'r2', clock);
+    stream.stream = true;
+    await gateway.route(keyed, stream, false, async (d) => {
+      clock.advance(7);
+      if (d.id === 'a') throw new UpstreamFailure('timeout', 'no first byte', {});
+      return d.id;
+    });
+    expect(recorded).toEqual(['a:timeout:7']);
+  });
+
   it('routes the next calls past a refused key: the instance tries it last for a while', async () => {
     const clock = manualClock();
     const health = new HealthBoard(POLICY, clock);

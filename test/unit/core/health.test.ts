@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { EngineOverloadedError, ServiceUnavailableError } from '#core/errors.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
 import { HealthBoard } from '#core/health.ts';
 import { planRoute } from '#core/routing.ts';
 import { deployment, TEST_HEALTH_POLICY } from '#test/fixtures.ts';
@@ -51,6 +52,22 @@ describe('HealthBoard circuit', () => {
     board.record('a', 'connect', 30_000);
     expect(board.state('a')).toBe('open');
     expect(board.reason('a')).toBe('failing');
+  });
+
+  it("does not take a non-stream call's timeouts for a hang: its time is the answer's, which the client decides", () => {
+    const { board, advance } = setup();
+    // Spread out, as one instance's long non-stream calls come (the window's rule still counts them close together).
+    for (let i = 0; i < POLICY.failureRun + 2; i++) {
+      board.record('a', 'timeout', null);
+      advance(POLICY.windowMs + 1);
+    }
+    expect(board.state('a')).toBe('closed');
+    // Nor do they break a run of failures that speak of the deployment.
+    board.record('b', 'connect', 5);
+    board.record('b', 'timeout', null);
+    board.record('b', 'connect', 5);
+    board.record('b', 'timeout', 30_000);
+    expect(board.state('b')).toBe('open');
   });
 
   it('restarts the failure run at a success', () => {
@@ -255,5 +272,26 @@ describe('planRoute with health', () => {
     expect(() => planRoute([a, b], Math.random, board)).toThrow(EngineOverloadedError);
     for (let i = 0; i < 4; i++) board.record('c', 'server_error', 1);
     expect(() => planRoute([a, b, c], Math.random, board)).toThrow(ServiceUnavailableError);
+  });
+});
+
+describe('HealthBoard key memory', () => {
+  const failure = (kind: 'auth' | 'rate_limited', retryAfterMs: number | null = null) =>
+    new UpstreamFailure(kind, kind, { status: kind === 'auth' ? 401 : 429, retryAfterMs });
+
+  it('shuns a refused key for a minute, and a spent one for its Retry-After (a second by default, a minute at most)', () => {
+    const { board, advance } = setup();
+    board.failed('a', 0, failure('auth'));
+    board.failed('a', 1, failure('rate_limited', 5_000));
+    board.failed('a', 2, failure('rate_limited'));
+    board.failed('a', 3, failure('rate_limited', 3_600_000));
+    expect([0, 1, 2, 3, 4].map((k) => board.shunned('a', k))).toEqual([true, true, true, true, false]);
+    expect(board.shunned('b', 0)).toBe(false);
+    advance(1_000);
+    expect([0, 1, 2, 3].map((k) => board.shunned('a', k))).toEqual([true, true, false, true]);
+    advance(4_000);
+    expect([0, 1, 3].map((k) => board.shunned('a', k))).toEqual([true, false, true]);
+    advance(55_000);
+    expect([0, 3].map((k) => board.shunned('a', k))).toEqual([false, false]);
   });
 });
