@@ -11,7 +11,7 @@ import {
   type Served,
   withFallback,
 } from './fallback.ts';
-import type { HealthBoard, ProbeToken } from './health.ts';
+import { type HealthBoard, NEUTRAL, type ProbeToken } from './health.ts';
 import type { Alarms, Clock, Random, Warn } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
 import { planRoute } from './routing.ts';
@@ -19,9 +19,6 @@ import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
 
 /** `BilledCall.discard` when a call's route produces nothing to release: one function for every call. */
 const keepAll = (): void => {};
-
-/** Outcomes health ignores (health.ts NEUTRAL): the request refused, or not expressible by the deployment. */
-const IGNORED_VERDICTS: ReadonlySet<Attempt['outcome']> = new Set(['rejected', 'unsupported']);
 
 /**
  * Whether an attempt's time is its time to a first byte — a stream's, or speech's (it answers as its first audio
@@ -269,8 +266,7 @@ export class Gateway {
         for (const a of judged) {
           if (a.outcome === 'ok' || a.deployment === served) continue;
           const kept = verdicts.get(a.deployment);
-          if (!kept || !IGNORED_VERDICTS.has(a.outcome) || IGNORED_VERDICTS.has(kept.outcome))
-            verdicts.set(a.deployment, a);
+          if (!kept || !NEUTRAL.has(a.outcome) || NEUTRAL.has(kept.outcome)) verdicts.set(a.deployment, a);
         }
         // A failed attempt's time speaks of the deployment only where its timeout was the first byte's: a non-stream
         // call's timeout also runs while the reply is generated, as long as the client's answer needs.

@@ -62,7 +62,7 @@ export interface DeploymentHealthView {
 }
 
 /** Outcomes that say nothing about the deployment: the request itself was refused. */
-const NEUTRAL: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['rejected', 'unsupported']);
+export const NEUTRAL: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['rejected', 'unsupported']);
 /** "Busy" outcomes: they count towards the overload run, and a circuit opened only by them is `overloaded`. */
 const BUSY: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['overloaded', 'rate_limited']);
 
@@ -167,10 +167,11 @@ export class HealthBoard implements KeyMemory {
 
   /** Whether a key failed on its own lately, so calls try the deployment's other keys first (KeyMemory). */
   shunned(deploymentId: string, keyIndex: number): boolean {
-    const until = this.#shunnedKeys.get(`${deploymentId}#${keyIndex}`);
+    const key = `${deploymentId}#${keyIndex}`;
+    const until = this.#shunnedKeys.get(key);
     if (until === undefined) return false;
     if (until > this.#clock.now()) return true;
-    this.#shunnedKeys.delete(`${deploymentId}#${keyIndex}`);
+    this.#shunnedKeys.delete(key);
     return false;
   }
 

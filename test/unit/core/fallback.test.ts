@@ -4,6 +4,7 @@ import {
   type Attempt,
   abandoned,
   type FailureKind,
+  type KeyMemory,
   RouteCancelled,
   UpstreamFailure,
   withFallback,
@@ -27,18 +28,25 @@ const STATUS: Partial<Record<FailureKind, number | undefined>> = {
 /** Runs withFallback where `script` says how each (deployment, key) call ends. */
 const run = async (
   script: (d: Deployment, keyIndex: number) => FailureKind | 'ok',
-  options: { cycleKeys?: boolean; maxAttempts?: number; random?: () => number } = {},
+  options: {
+    cycleKeys?: boolean;
+    maxAttempts?: number;
+    random?: () => number;
+    plan?: readonly Deployment[];
+    keys?: KeyMemory;
+  } = {},
 ) => {
   const attempts: Attempt[] = [];
   const calls: string[] = [];
   const result = await withFallback(
-    [a, b],
+    options.plan ?? [a, b],
     {
       cycleKeys: options.cycleKeys ?? true,
       maxAttempts: options.maxAttempts ?? 10,
       clock: manualClock(),
       random: options.random ?? (() => 0),
       attempts,
+      ...(options.keys ? { keys: options.keys } : {}),
     },
     async (d, keyIndex) => {
       calls.push(`${d.id}#${keyIndex}`);
@@ -96,60 +104,36 @@ describe('withFallback', () => {
   it('spends at most one more key of a deployment on a stream, and none it knows to fail, before the next deployment', async () => {
     const c = deployment({ id: 'c', provider: 'pc', keyRefs: ['env:C1'] });
     const shunned = new Set<string>();
-    const stream = async () => {
-      const calls: string[] = [];
-      const result = await withFallback(
-        [a, c],
-        {
-          cycleKeys: false,
-          maxAttempts: 3,
-          clock: manualClock(),
-          random: () => 0,
-          attempts: [],
-          keys: {
-            shunned: (d, k) => shunned.has(`${d}#${k}`),
-            failed: (d, k) => shunned.add(`${d}#${k}`),
-          },
-        },
-        async (d, k) => {
-          calls.push(`${d.id}#${k}`);
-          // Every key of a shares one spent quota.
-          if (d.id === 'a') throw new UpstreamFailure('rate_limited', 'spent', { status: 429 });
-          return d.id;
-        },
-      );
-      return { calls, result };
+    const keys: KeyMemory = {
+      shunned: (d, k) => shunned.has(`${d}#${k}`),
+      failed: (d, k) => shunned.add(`${d}#${k}`),
     };
+    // Every key of a shares one spent quota.
+    const stream = () =>
+      run((d) => (d.id === 'a' ? 'rate_limited' : 'ok'), {
+        cycleKeys: false,
+        maxAttempts: 3,
+        plan: [a, c],
+        keys,
+      });
     // Three attempts allowed: two of a's keys, then c — not a's third key and a 429.
-    expect(await stream()).toMatchObject({ calls: ['a#0', 'a#1', 'c#0'], result: { value: 'c' } });
+    expect(await stream()).toMatchObject({ calls: ['a#0', 'a#1', 'c#0'], result: { value: 'c#0' } });
     // Next call: a's one fresh key, and no more of a's.
-    expect(await stream()).toMatchObject({ calls: ['a#2', 'c#0'], result: { value: 'c' } });
+    expect(await stream()).toMatchObject({ calls: ['a#2', 'c#0'], result: { value: 'c#0' } });
     // All of a's keys shunned: one try of a (it may have come back), then c.
-    expect(await stream()).toMatchObject({ calls: ['a#0', 'c#0'], result: { value: 'c' } });
+    expect(await stream()).toMatchObject({ calls: ['a#0', 'c#0'], result: { value: 'c#0' } });
   });
 
   it('starts on keys the instance does not shun, and tells it of keys that failed on their own', async () => {
     const failed: string[] = [];
     const shunned = new Set(['a#0', 'a#1']);
-    const calls: string[] = [];
-    const result = await withFallback(
-      [a, b],
+    const { calls, result } = await run(
+      (d, k) => (d.id === 'a' && k === 2 ? 'auth' : d.id === 'a' && k === 0 ? 'server_error' : 'ok'),
       {
-        cycleKeys: true,
-        maxAttempts: 10,
-        clock: manualClock(),
-        random: () => 0,
-        attempts: [],
         keys: {
           shunned: (d, k) => shunned.has(`${d}#${k}`),
           failed: (d, k, failure) => failed.push(`${d}#${k}:${failure.kind}`),
         },
-      },
-      async (d, k) => {
-        calls.push(`${d.id}#${k}`);
-        if (d.id === 'a' && k === 2) throw new UpstreamFailure('auth', 'refused', { status: 401 });
-        if (d.id === 'a' && k === 0) throw new UpstreamFailure('server_error', 'broken', { status: 500 });
-        return `${d.id}#${k}`;
       },
     );
     // The shunned keys come last, in their turn; a 5xx is the deployment's, not remembered against the key.
