@@ -16,6 +16,13 @@ interface Fault extends Error {
 }
 
 /**
+ * What a message's settlement must have left of the invocation to be started: a record's transaction may retry
+ * for seconds against a slow or throttled store, and an invocation the timeout ends returns the whole batch —
+ * messages it had settled too — to the queue, each a receive nearer the dead-letter queue.
+ */
+export const SETTLE_START_MARGIN_MS = 10_000;
+
+/**
  * The settlement consumer (SQS, `ReportBatchItemFailures`). Each record is one transaction (see
  * DynamoAccounting.settle); a message carries one record or several (settlement-codec.ts). A message that
  * fails — poison, or a store fault on any of its records — is reported in `batchItemFailures`, stays on the
@@ -27,10 +34,15 @@ interface Fault extends Error {
  * that one publishes faults to EventBridge and acknowledges the message, which would lose the settlement.
  */
 export const createHandler = (container: () => Container) =>
-  middy<SQSEvent, SQSBatchResponse>().handler(async (event) => {
+  middy<SQSEvent, SQSBatchResponse>().handler(async (event, context) => {
     const c = container();
     const failures = new Set<string>();
     const settle = async (unit: Unit) => {
+      // Not started this late: reported failed, the message comes back after its visibility timeout.
+      if (context.getRemainingTimeInMillis() < SETTLE_START_MARGIN_MS)
+        throw new Error(
+          `settlement of message ${unit.record.messageId} not started: the invocation is ending`,
+        );
       const { records, invalid } = parseSettlementMessage(unit.record.body);
       let failure: unknown =
         invalid > 0 ? new Error(`${invalid} entries of the message are not settlement records`) : null;

@@ -64,6 +64,8 @@ const USAGE_TTL_SECONDS = 40 * 86_400;
  * all of them at once still commits here rather than waiting for the queue's redelivery.
  */
 const SETTLE_ATTEMPTS = 8;
+/** Attempts of one expired hold's release in a sweep: each answers a debt that moved, or a conflict. */
+const SWEEP_ATTEMPTS = 4;
 
 const S = (value: string): AttributeValue => ({ S: value });
 const N = (value: number): AttributeValue => ({ N: String(value) });
@@ -122,6 +124,34 @@ interface CollectionEntry {
   readonly id: string;
   readonly reference: string;
 }
+
+/** What money freed on a wallet seen owing pays of that debt: all of it, up to the debt. */
+const debtRepaid = (freed: number, owedSeen: number): number => Math.max(0, Math.min(freed, owedSeen));
+
+/**
+ * The ledger entry of a debt paid: `amount` left the balance for calls already served. Written in the transaction
+ * that pays it, on condition it is new — its id is unique to its cause.
+ */
+const arrearsEntry = (
+  table: string,
+  accountId: string,
+  entry: CollectionEntry,
+  amount: number,
+): TransactWriteItem => ({
+  Put: {
+    TableName: table,
+    Item: {
+      pk: S(accountKey(accountId)),
+      sk: S(ledgerSk(entry.at, entry.id)),
+      kind: S('arrears'),
+      amount: N(amount),
+      owed: N(0),
+      reference: S(entry.reference),
+      at: N(entry.at),
+    },
+    ConditionExpression: 'attribute_not_exists(pk)',
+  },
+});
 const ledgerOf = (plan: SettlementPlan): CollectionEntry => ({
   at: plan.receivedAt,
   id: plan.settlementId,
@@ -286,9 +316,9 @@ export class DynamoAccounting implements AccountingStore {
     let shortfalls = 0;
     // Whether to correct the token buckets: not once they are seen kept under other limits than the call's.
     let correct = true;
-    // Whether the account was seen owing when this settlement frees money (its hold less its cost): what it frees
-    // then pays the debt (#collectOwed) instead of being spent on new calls until the next top-up.
-    let owing = false;
+    // What the account was seen owing when this settlement frees money (its hold less its cost): what it frees
+    // then pays that debt in the same transaction, before any new call could spend it.
+    let owedSeen = 0;
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
       const released = holdPresent && plan.hold ? plan.hold.amount : 0;
       const { charge, owed } =
@@ -326,7 +356,11 @@ export class DynamoAccounting implements AccountingStore {
             Delete: {
               TableName: this.#tables.wallet,
               Key: holdKey(account, plan.hold.id),
-              ConditionExpression: 'attribute_exists(pk)',
+              // The hold as admission wrote it: a record naming a larger one (forged, or a replay file edited by
+              // hand) must not free more than was held. A mismatch settles as if the hold were gone: the charge
+              // comes from `available`, and the sweeper releases what was really held.
+              ConditionExpression: 'attribute_exists(pk) AND amount = :held',
+              ExpressionAttributeValues: { ':held': N(plan.hold.amount) },
             },
           });
         }
@@ -337,8 +371,19 @@ export class DynamoAccounting implements AccountingStore {
               seen: seenAvailable,
               need: plan.cost - released,
               forced: shortfalls >= 3,
-              owing,
+              owedSeen,
             }),
+          );
+        const repaid = owed === 0 ? debtRepaid(released - charge, owedSeen) : 0;
+        if (repaid > 0)
+          add(
+            'other',
+            arrearsEntry(
+              this.#tables.wallet,
+              account,
+              { ...ledgerOf(plan), id: `${plan.settlementId}#repaid` },
+              repaid,
+            ),
           );
         if (paid) {
           add('marker', {
@@ -430,8 +475,9 @@ export class DynamoAccounting implements AccountingStore {
         await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
         // Best effort, after the fact: the settlement stands whatever happens here (the next release or top-up
         // collects).
-        if ((owed > 0 || owing) && plan.accountId)
-          await this.#collectOwedOrWarn(plan.accountId, ledgerOf(plan));
+        // (A debt the freed money paid was paid inside the transaction: collecting it after the commit lost the race
+        // to the very admissions it was meant to beat.)
+        if (owed > 0 && plan.accountId) await this.#collectOwedOrWarn(plan.accountId, ledgerOf(plan));
         return 'settled';
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
@@ -454,9 +500,10 @@ export class DynamoAccounting implements AccountingStore {
           continue;
         }
         if (roles.includes('wallet') && failed(reasonOf('wallet'))) {
-          if (!owing && released > charge && num(reasonOf('wallet')?.Item?.owed) > 0) {
-            // The account owes: settle without the no-debt condition, then collect.
-            owing = true;
+          if (owed === 0 && released > charge) {
+            // Freeing money fails only on the debt: the account owes (or owes other than seen). What it frees pays
+            // what the failed attempt saw owed, conditional on that still being the debt.
+            owedSeen = walletOf(reasonOf('wallet')?.Item).owed;
             continue;
           }
           // A busy account's available amount can move between any read and the next write, every time: from the
@@ -488,7 +535,8 @@ export class DynamoAccounting implements AccountingStore {
       readonly seen: number | null;
       readonly need: number;
       readonly forced: boolean;
-      readonly owing: boolean;
+      /** The debt the wallet was seen to owe (0: none), paid from what this settlement frees. */
+      readonly owedSeen: number;
     },
   ): TransactWriteItem {
     const values: Record<string, AttributeValue> = {
@@ -504,9 +552,21 @@ export class DynamoAccounting implements AccountingStore {
       if (charge > released) {
         values[':need'] = N(charge - released);
         condition = 'available >= :need';
-      } else if (charge < released && !shortfall.owing) {
-        // Money freed goes to a debt first: a wallet that owes fails this, and the retry collects (settle).
-        condition = NO_DEBT;
+      } else if (charge < released) {
+        const repaid = debtRepaid(released - charge, shortfall.owedSeen);
+        if (repaid > 0) {
+          // The debt seen is paid first from what is freed, on condition it is still that debt (a top-up or
+          // another release may have paid some meanwhile): the balance pays it, so `:charge` becomes the debit.
+          values[':charge'] = N(charge + repaid);
+          values[':delta'] = N(released - charge - repaid);
+          values[':repaid'] = N(repaid);
+          values[':owedSeen'] = N(shortfall.owedSeen);
+          update += ', owed = owed - :repaid';
+          condition = 'owed = :owedSeen';
+        } else {
+          // Money freed goes to a debt first: a wallet that owes fails this, and the retry pays it (settle).
+          condition = NO_DEBT;
+        }
       }
     } else {
       values[':owed'] = N(owed);
@@ -565,21 +625,12 @@ export class DynamoAccounting implements AccountingStore {
                   ExpressionAttributeValues: { ':amount': N(amount) },
                 },
               },
-              {
-                Put: {
-                  TableName: this.#tables.wallet,
-                  Item: {
-                    pk: S(accountKey(accountId)),
-                    sk: S(ledgerSk(entry.at, `${entry.id}#collected#${attempt}`)),
-                    kind: S('arrears'),
-                    amount: N(amount),
-                    owed: N(0),
-                    reference: S(entry.reference),
-                    at: N(entry.at),
-                  },
-                  ConditionExpression: 'attribute_not_exists(pk)',
-                },
-              },
+              arrearsEntry(
+                this.#tables.wallet,
+                accountId,
+                { ...entry, id: `${entry.id}#collected#${attempt}` },
+                amount,
+              ),
             ],
           }),
         );
@@ -592,7 +643,8 @@ export class DynamoAccounting implements AccountingStore {
 
   /**
    * Releases holds whose settlement never came (a crash between admission and settlement), one by one
-   * (#releaseHold); on a wallet that owes, what a release frees pays the debt.
+   * (#releaseHold); on a wallet that owes, what a release frees pays the debt. A hold that cannot be released now
+   * is told and left for the next run, never in the way of the holds after it.
    */
   async releaseExpiredHolds(nowMs: number): Promise<number> {
     let released = 0;
@@ -614,73 +666,95 @@ export class DynamoAccounting implements AccountingStore {
           const pk = hold.pk?.S;
           const sk = hold.sk?.S;
           if (!pk || !sk) continue;
-          const amount = num(hold.amount);
-          let outcome = await this.#releaseHold(pk, sk, amount, false);
-          if (outcome === 'owing') {
-            // What the release frees pays the debt: released without the no-debt condition, then collected.
-            outcome = await this.#releaseHold(pk, sk, amount, true);
-            if (outcome === 'released') {
-              const requestId = sk.slice('hold#'.length);
-              // Whole milliseconds, as every ledger entry's time (its sort key pads them to 13 digits).
-              await this.#collectOwedOrWarn(pk.slice(accountKey('').length), {
-                at: Math.floor(nowMs),
-                id: `swept#${requestId}`,
-                reference: requestId,
-              });
-            }
+          try {
+            if ((await this.#sweepHold(pk, sk, num(hold.amount), nowMs)) === 'released') released++;
+          } catch (error) {
+            this.#warn('hold not released; the next sweep retries it', { hold: sk, error });
           }
-          if (outcome === 'released') released++;
         }
       }
     }
     return released;
   }
 
+  /** One expired hold released, retried while the debt it would pay moves under it. */
+  async #sweepHold(
+    pk: string,
+    sk: string,
+    amount: number,
+    nowMs: number,
+  ): Promise<'released' | 'gone' | 'busy'> {
+    const requestId = sk.slice('hold#'.length);
+    // Whole milliseconds, as every ledger entry's time (its sort key pads them to 13 digits).
+    const entry = { at: Math.floor(nowMs), id: `swept#${requestId}`, reference: requestId };
+    let owedSeen = 0;
+    for (let attempt = 1; attempt <= SWEEP_ATTEMPTS; attempt++) {
+      const outcome = await this.#releaseHold(pk, sk, amount, owedSeen, entry);
+      if (typeof outcome !== 'number') return outcome;
+      owedSeen = outcome;
+    }
+    return 'busy';
+  }
+
   /**
-   * One expired hold released, each in its own transaction conditional on the hold still existing, so it cannot race
-   * a late settlement into releasing twice: `gone` when it was settled (or released) meanwhile. Unless the wallet
-   * is known to owe, the release is also conditional on it owing nothing, and answers `owing` when it does.
+   * One expired hold released in its own transaction, conditional on the hold still existing, so it cannot race a
+   * late settlement into releasing twice: `gone` when it was settled (or released) meanwhile. On a wallet seen
+   * owing (`owedSeen`), what the release frees pays that debt in the same transaction, on condition it is still
+   * the debt; otherwise the release is conditional on the wallet owing nothing. Either condition failing answers
+   * the debt now owed, for the next attempt.
    */
   async #releaseHold(
     pk: string,
     sk: string,
     amount: number,
-    owing: boolean,
-  ): Promise<'released' | 'gone' | 'owing'> {
+    owedSeen: number,
+    entry: CollectionEntry,
+  ): Promise<'released' | 'gone' | number> {
+    const repaid = debtRepaid(amount, owedSeen);
+    const items: TransactWriteItem[] = [
+      {
+        Delete: {
+          TableName: this.#tables.wallet,
+          Key: { pk: S(pk), sk: S(sk) },
+          ConditionExpression: 'attribute_exists(pk)',
+        },
+      },
+      {
+        Update: {
+          TableName: this.#tables.wallet,
+          Key: { pk: S(pk), sk: S('wallet') },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          ...(repaid > 0
+            ? {
+                UpdateExpression:
+                  'SET available = available + :freed, balance = balance - :repaid, owed = owed - :repaid',
+                ConditionExpression: 'owed = :owedSeen',
+                ExpressionAttributeValues: {
+                  ':freed': N(amount - repaid),
+                  ':repaid': N(repaid),
+                  ':owedSeen': N(owedSeen),
+                },
+              }
+            : {
+                UpdateExpression: 'SET available = available + :freed',
+                ConditionExpression: NO_DEBT,
+                ExpressionAttributeValues: { ':freed': N(amount), ':zero': N(0) },
+              }),
+        },
+      },
+    ];
+    if (repaid > 0)
+      items.push(arrearsEntry(this.#tables.wallet, pk.slice(accountKey('').length), entry, repaid));
     try {
-      await this.#client.send(
-        new TransactWriteItemsCommand({
-          TransactItems: [
-            {
-              Delete: {
-                TableName: this.#tables.wallet,
-                Key: { pk: S(pk), sk: S(sk) },
-                ConditionExpression: 'attribute_exists(pk)',
-              },
-            },
-            {
-              Update: {
-                TableName: this.#tables.wallet,
-                Key: { pk: S(pk), sk: S('wallet') },
-                UpdateExpression: 'SET available = available + :amount',
-                ...(owing
-                  ? { ExpressionAttributeValues: { ':amount': N(amount) } }
-                  : {
-                      ExpressionAttributeValues: { ':amount': N(amount), ':zero': N(0) },
-                      // Read back only when the wallet owes.
-                      ConditionExpression: NO_DEBT,
-                      ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
-                    }),
-              },
-            },
-          ],
-        }),
-      );
+      await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
       return 'released';
     } catch (error) {
       if (!(error instanceof TransactionCanceledException)) throw error;
-      const [holdGone, wallet] = error.CancellationReasons ?? [];
-      return !failed(holdGone) && failed(wallet) && num(wallet?.Item?.owed) > 0 ? 'owing' : 'gone';
+      const [hold, wallet] = error.CancellationReasons ?? [];
+      if (failed(hold)) return 'gone';
+      if (failed(wallet)) return num(wallet?.Item?.owed);
+      if (conflicted(error.CancellationReasons ?? [])) return owedSeen;
+      throw error;
     }
   }
 

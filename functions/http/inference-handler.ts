@@ -177,9 +177,16 @@ const SEND_GRACE_MS = 1_000;
 const settle = async (c: Container, call: CallRecorder, budgetMs: number): Promise<void> => {
   call.closeUnread();
   const record = call.settlement();
-  c.gateway.observeEnd(call, record.outcome);
-  c.gateway.expectSettlement(record);
-  await sendSettlement(c, record, budgetMs);
+  // The charge goes first: the instance's own bookkeeping (health, the limits' memory) failing must not keep the
+  // record from being sent, or logged for replay.
+  const sending = sendSettlement(c, record, budgetMs);
+  try {
+    c.gateway.observeEnd(call, record.outcome);
+    c.gateway.expectSettlement(record);
+  } catch (error) {
+    c.log.error('call end not observed', { requestId: record.requestId, error });
+  }
+  await sending;
 };
 
 /**
@@ -197,7 +204,8 @@ export const sendSettlement = async (
   const late = new Promise<'late'>((resolve) => {
     timer = setTimeout(() => resolve('late'), Math.max(0, budgetMs));
   });
-  const sending = deps.settlements.send(record).then(
+  // A send that throws before it returns a promise (the record would not encode) is logged like one that fails.
+  const sending = new Promise<void>((resolve) => resolve(deps.settlements.send(record))).then(
     () => 'sent' as const,
     (error: unknown) => ({ error }),
   );

@@ -3,7 +3,7 @@ import type { Context, SQSEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ledgerBalance } from '#adapters/dynamo-accounting.ts';
 import type { Container } from '#functions/container.ts';
-import { createHandler } from '#functions/settlement.ts';
+import { createHandler, SETTLE_START_MARGIN_MS } from '#functions/settlement.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { invocationContext } from '#local/function-url.ts';
 import { messagesLeft } from '#local/queue-drain.ts';
@@ -261,6 +261,42 @@ describe('exactly-once settlement over SQS', () => {
     );
     // Acknowledging one of them would delete it unsettled: its call would never be charged.
     expect(result.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(['m-0', 'm-1', 'm-2']);
+  });
+
+  it('starts no settlement the invocation may not finish, and reports those messages failed, not the batch', async () => {
+    await drainSettlements(t.stack);
+    await chat(t);
+    await chat(t);
+    const [first, second] = await takeSettlements(t.stack, 2);
+    const real = t.stack.container;
+    // The first settlement runs long (a throttled store): the invocation's end is then within the margin.
+    let remainingMs = 30_000;
+    const container = {
+      ...real,
+      config: { ...real.config, settlementParallelism: 1 },
+      accounting: {
+        ...real.accounting,
+        settle: async (plan: Parameters<typeof real.accounting.settle>[0]) => {
+          const outcome = await real.accounting.settle(plan);
+          remainingMs = SETTLE_START_MARGIN_MS - 1;
+          return outcome;
+        },
+      },
+    } as Container;
+    const context = {
+      ...invocationContext('settlement', 30_000),
+      getRemainingTimeInMillis: () => remainingMs,
+    } as Context;
+    const event = sqsEvent(t.stack.resources.settlementQueueArn, [
+      { body: JSON.stringify(first), messageId: 'm-1' },
+      { body: JSON.stringify(second), messageId: 'm-2' },
+    ]);
+    expect(await createHandler(() => container)(event, context)).toEqual({
+      batchItemFailures: [{ itemIdentifier: 'm-2' }],
+    });
+    const ledger = (await real.accounting.report('acct_demo')).ledger;
+    expect(ledger.filter((e) => e.reference === first?.requestId)).toHaveLength(1);
+    expect(ledger.filter((e) => e.reference === second?.requestId)).toHaveLength(0);
   });
 
   it('fails a shared message with a bad entry, after settling the good records beside it', async () => {

@@ -244,6 +244,63 @@ describe('top-ups', () => {
   });
 });
 
+describe('retries and races around the top-up and quota writes', () => {
+  it('answer a retried top-up as already credited, even when the wallet it filled has no room for it again', async () => {
+    const id = await newAccount();
+    const topUp = (amount: number) =>
+      h.accounting.topUp({ accountId: id, amount, reference: `full-${id}`, at: h.clock.now() });
+    expect(await topUp(MAX_BALANCE_NANO)).toBe(true);
+    expect(await topUp(MAX_BALANCE_NANO)).toBe(false);
+    // The reference reused for another amount is named as such, not as the ceiling or the minimum it also misses.
+    await expect(topUp(usdToNano(5))).rejects.toBeInstanceOf(TopUpReferenceError);
+    await expect(topUp(1)).rejects.toBeInstanceOf(TopUpReferenceError);
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: MAX_BALANCE_NANO,
+      available: MAX_BALANCE_NANO,
+      owed: 0,
+    });
+  });
+
+  it('merge a quota change into the custom quota as it is, and into one another operator made meanwhile', async () => {
+    const id = await newAccount();
+    expect(await h.accounting.setQuota(id, { rpm: 100 }, h.clock.now())).toEqual({ rpm: 100 });
+    // The other change commits after this one read the profile, and before it read the buckets: both reads were
+    // taken before any write, so only a condition on the profile as read can tell.
+    const other = Promise.withResolvers<void>();
+    let profileReads = 0;
+    let bucketReads = 0;
+    const client = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== 'GetItemCommand') return next(args);
+        const table = (args.input as { TableName?: string }).TableName;
+        if (table === h.resources.tables.accounts && ++profileReads === 1) {
+          const read = await next(args);
+          await h.accounting
+            .setQuota(id, { tpm: 10_000_000 }, h.clock.now())
+            .then(other.resolve, other.reject);
+          return read;
+        }
+        if (table === h.resources.tables.buckets && ++bucketReads === 1) await other.promise;
+        return next(args);
+      },
+      { step: 'initialize', name: 'racingQuota' },
+    );
+    try {
+      const racing = new DynamoAccounting(client, h.resources.tables, async () => {});
+      expect(await racing.setQuota(id, { rpd: 500_000 }, h.clock.now())).toEqual({
+        rpm: 100,
+        rpd: 500_000,
+        tpm: 10_000_000,
+      });
+    } finally {
+      client.destroy();
+    }
+    expect(profileReads).toBeGreaterThan(1);
+    expect((await h.accounts.findAccount(id))?.quota).toEqual({ rpm: 100, rpd: 500_000, tpm: 10_000_000 });
+  });
+});
+
 describe('admission and settlement', () => {
   it('gives back at settlement a hold an admission took without answering (its reply lost), not half an hour on', async () => {
     const id = await newAccount(1);
@@ -421,8 +478,9 @@ describe('admission and settlement', () => {
     expect(await h.accounting.wallet(id)).toEqual({ balance: 0, available: 0, owed: usdToNano(0.7) });
   });
 
-  it('tells, and does not fail the settlement, when the debt cannot be collected then', async () => {
+  it('pays the debt in the settlement’s own transaction: nothing is read or left for a new call after it', async () => {
     const id = await owingWithOpenHold();
+    // A store that answers no read: paying after the commit needed one, and lost the race to the next admission.
     const failing = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
     failing.middlewareStack.add(
       (next, context) => async (args) => {
@@ -447,13 +505,78 @@ describe('admission and settlement', () => {
     } finally {
       failing.destroy();
     }
-    expect(warnings).toEqual(['debt not collected; the next release or top-up will']);
-    // Settled, the freed 0.8 available; the debt stands whole, for the next release or top-up.
-    expect(await h.accounting.wallet(id)).toEqual({
-      balance: usdToNano(0.8),
-      available: usdToNano(0.8),
-      owed: usdToNano(1.5),
+    expect(warnings).toEqual([]);
+    const check = await h.invariants(id);
+    expect(check.report).toMatchObject({ balance: 0, available: 0, owed: usdToNano(0.7), holds: [] });
+    expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
+  });
+
+  it('pays the debt as it stands when a top-up paid part of it between the settlement’s attempts', async () => {
+    const id = await owingWithOpenHold();
+    // Between the attempt that found the debt (1.5 USD) and the one paying it, a top-up of 1 USD pays 1 of it.
+    const racing = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
+    let raced = false;
+    racing.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { TransactItems?: { Update?: { ConditionExpression?: string } }[] };
+        const paying = input.TransactItems?.some((i) => i.Update?.ConditionExpression === 'owed = :owedSeen');
+        if (context.commandName === 'TransactWriteItemsCommand' && paying && !raced) {
+          raced = true;
+          await h.accounting.topUp({
+            accountId: id,
+            amount: usdToNano(1),
+            reference: `race-${id}`,
+            at: h.clock.now(),
+          });
+        }
+        return next(args);
+      },
+      { step: 'initialize', name: 'topUpMeanwhile' },
+    );
+    try {
+      const settling = new DynamoAccounting(racing, h.resources.tables, async () => {});
+      await expect(
+        settling.settle(
+          planSettlement(settled(id, `other-${id}`, { cost: usdToNano(0.2), hold: usdToNano(1) })),
+        ),
+      ).resolves.toBe('settled');
+    } finally {
+      racing.destroy();
+    }
+    expect(raced).toBe(true);
+    // The 0.8 freed paid the 0.5 still owed; the rest is the account's to spend.
+    const check = await h.invariants(id);
+    expect(check.report).toMatchObject({
+      balance: usdToNano(0.3),
+      available: usdToNano(0.3),
+      owed: 0,
+      holds: [],
     });
+    expect(check.report.ledger.filter((e) => e.reference === `other-${id}`)).toMatchObject([
+      { kind: 'debit', amount: usdToNano(0.2) },
+      { kind: 'arrears', amount: usdToNano(0.5) },
+    ]);
+    expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
+  });
+
+  it('frees no more than admission held, whatever hold a settlement record names', async () => {
+    const id = await newAccount(2);
+    await admit(id, `forged-${id}`, usdToNano(1));
+    // A record naming a 1.5 USD hold for the call admission held 1 USD for (forged, or a replay file edited).
+    await h.accounting.settle(
+      planSettlement(settled(id, `forged-${id}`, { cost: usdToNano(0.2), hold: usdToNano(1.5) })),
+    );
+    // Charged from what was available; the real hold stays for the sweeper, which frees exactly it.
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: usdToNano(1.8),
+      available: usdToNano(0.8),
+      owed: 0,
+    });
+    h.clock.advance(30 * 60_000 + 1);
+    await h.accounting.releaseExpiredHolds(h.clock.now());
+    const check = await h.invariants(id);
+    expect(check.report).toMatchObject({ balance: usdToNano(1.8), available: usdToNano(1.8), holds: [] });
+    expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
   });
 
   it('pays a debt with what the sweeper frees', async () => {
@@ -822,6 +945,42 @@ describe('the hold sweeper', () => {
     } finally {
       await container.close();
     }
+  });
+
+  it('tells of a hold it cannot release and goes on with the others, leaving it for the next sweep', async () => {
+    const stuck = await newAccount(1);
+    const other = await newAccount(1);
+    await admit(stuck, `stuck-${stuck}`, 50_000);
+    await admit(other, `other-${other}`, 60_000);
+    h.clock.advance(30 * 60_000 + 1);
+    // The store refuses every write touching the stuck account (its item broken, say), whatever order the sweep
+    // meets the holds in.
+    const refusing = new DynamoDBClient(localClientConfig(inject('emulators').dynamodb));
+    refusing.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'TransactWriteItemsCommand' && JSON.stringify(args.input).includes(stuck))
+          throw new Error('ValidationException: item broken');
+        return next(args);
+      },
+      { step: 'initialize', name: 'refuseOne' },
+    );
+    const warnings: string[] = [];
+    try {
+      const sweeping = new DynamoAccounting(
+        refusing,
+        h.resources.tables,
+        async () => {},
+        (message) => warnings.push(message),
+      );
+      await sweeping.releaseExpiredHolds(h.clock.now());
+    } finally {
+      refusing.destroy();
+    }
+    expect(warnings).toEqual(['hold not released; the next sweep retries it']);
+    expect((await h.invariants(other)).report).toMatchObject({ available: usdToNano(1), holds: [] });
+    expect((await h.accounting.wallet(stuck)).available).toBe(usdToNano(1) - 50_000);
+    await h.accounting.releaseExpiredHolds(h.clock.now());
+    expect((await h.invariants(stuck)).report).toMatchObject({ available: usdToNano(1), holds: [] });
   });
 
   it('never lets a late settlement release an already released hold twice', async () => {

@@ -106,6 +106,16 @@ describe('sendSettlement', () => {
     expect(lines).toEqual([{ message: 'settlement record not sent', fields: { record, error } }]);
   });
 
+  it('logs the whole record when the send throws before it returns', async () => {
+    const { lines, log } = logged();
+    const error = new Error('record would not encode');
+    const send = (): Promise<void> => {
+      throw error;
+    };
+    await sendSettlement({ settlements: { send }, log }, record, 1_000);
+    expect(lines).toEqual([{ message: 'settlement record not sent', fields: { record, error } }]);
+  });
+
   it('logs the whole record, and returns, when the send is not acknowledged within what is left', async () => {
     const { lines, log } = logged();
     // A send that never ends: without the budget this would wait forever (the test's own timeout).
