@@ -109,8 +109,11 @@ const vectorLength = (vector: UpstreamVector): number => {
 
 /**
  * Checks an upstream's vectors before anything reaches the client: one per input, all of one length (the
- * requested one, when the client chose it), well-formed. A provider that ignores `dimensions` or sends a
- * short list fails over like any other faulty reply instead of handing the client wrong vectors.
+ * requested one, when the client chose it), well-formed. A short list or a malformed vector fails over like any
+ * other faulty reply instead of handing the client wrong vectors. Well-formed vectors of another length than the
+ * client's `dimensions` are this deployment's inability, not its fault (`unsupported`, ADR 0013): the route moves
+ * on, the circuit is untouched — one client's option must not open it for everyone — and if no deployment can,
+ * the client is told so in a 400.
  */
 export const checkVectors = (prepared: PreparedEmbeddings, vectors: readonly UpstreamVector[]): void => {
   if (vectors.length !== prepared.inputs.length) {
@@ -119,18 +122,22 @@ export const checkVectors = (prepared: PreparedEmbeddings, vectors: readonly Ups
       `upstream returned ${vectors.length} embeddings for ${prepared.inputs.length} inputs`,
     );
   }
-  let expected = prepared.dimensions;
+  let width: number | null = null;
   for (const vector of vectors) {
     const length = vectorLength(vector);
     if (length < 1)
       throw new UpstreamFailure('protocol', 'upstream embedding is not a vector of finite numbers');
-    expected ??= length;
-    if (length !== expected) {
-      throw new UpstreamFailure(
-        'protocol',
-        `upstream embedding has ${length} dimensions, expected ${expected}`,
-      );
-    }
+    width ??= length;
+    if (length !== width)
+      throw new UpstreamFailure('protocol', `upstream embeddings of ${width} and ${length} dimensions`);
+  }
+  const requested = prepared.dimensions;
+  if (requested !== null && width !== null && width !== requested) {
+    const message = `This model cannot return embeddings of ${requested} dimensions.`;
+    throw new UpstreamFailure('unsupported', `upstream returned ${width} dimensions, not ${requested}`, {
+      status: 200,
+      upstreamError: { message, type: 'invalid_request_error', code: 'invalid_value', param: 'dimensions' },
+    });
   }
 };
 

@@ -58,9 +58,28 @@ export interface GatewayDeps {
 }
 
 /**
+ * What a client cut at the first-byte limit is told to do, by what it called. Only a non-stream chat call has a
+ * longer way (a stream, once begun, may run as long as the call needs); a stream or speech already is that way,
+ * its providers were only slow to begin; embeddings and transcriptions have no stream, only a smaller call.
+ */
+const firstByteAdvice = (call: CallRecorder): string => {
+  switch (call.endpoint) {
+    case 'chat.completions':
+      return call.stream
+        ? 'Please retry.'
+        : 'For long calls, set "stream": true: a stream, once begun, may run as long as the call needs.';
+    case 'embeddings':
+      return 'Please retry, or send fewer inputs per call.';
+    case 'audio.transcriptions':
+      return 'Please retry, or send a shorter recording.';
+    case 'audio.speech':
+      return 'Please retry.';
+  }
+};
+
+/**
  * When routing must stop, and what the client is told then: the function's end (`endBy`), or sooner the moment
  * what is in front of the function (the CDN, the REST API) stops waiting for the response to begin (`firstByteBy`).
- * A client cut there is told how to make a long call.
  */
 const routeDeadline = (call: CallRecorder): { at: number | null; error: () => ApiError } => {
   const { endBy, firstByteBy } = call;
@@ -69,11 +88,7 @@ const routeDeadline = (call: CallRecorder): { at: number | null; error: () => Ap
       at: firstByteBy,
       error: () =>
         deadlineError(
-          'No upstream provider answered within the time this endpoint waits for a response to begin. ' +
-            // A stream already is the long call's way: its providers were only slow to begin.
-            (call.stream
-              ? 'Please retry.'
-              : 'For long calls, set "stream": true: a stream, once begun, may run as long as the call needs.'),
+          `No upstream provider answered within the time this endpoint waits for a response to begin. ${firstByteAdvice(call)}`,
         ),
     };
   }

@@ -116,6 +116,14 @@ describe('vector encodings', () => {
 });
 
 describe('checkVectors', () => {
+  const failureOf = (vectors: Parameters<typeof checkVectors>[1]): UpstreamFailure => {
+    try {
+      checkVectors(prepared, vectors);
+    } catch (error) {
+      if (error instanceof UpstreamFailure) return error;
+    }
+    throw new Error('no UpstreamFailure');
+  };
   const prepared = prepareEmbeddings({ model: 'm', input: ['a', 'b'], dimensions: 2 }, embed, wordCounter);
 
   it('accepts one vector per input of the requested length, in either encoding', () => {
@@ -146,7 +154,26 @@ describe('checkVectors', () => {
       ],
     ],
   ])('fails over on %s', (_, vectors) => {
-    expect(() => checkVectors(prepared, vectors)).toThrow(UpstreamFailure);
+    expect(failureOf(vectors).kind).toBe('protocol');
+  });
+
+  it('takes vectors of another length than the client asked for as the deployment’s inability, not its fault', () => {
+    // A provider that ignores `dimensions`: health must not count it (a client could open the circuit with it),
+    // and the client is told in a 400 naming the option when no deployment can.
+    expect(
+      failureOf([
+        [1, 0, 0],
+        [0, 1, 0],
+      ]),
+    ).toMatchObject({
+      kind: 'unsupported',
+      status: 200,
+      upstreamError: {
+        code: 'invalid_value',
+        param: 'dimensions',
+        message: 'This model cannot return embeddings of 2 dimensions.',
+      },
+    });
   });
 });
 

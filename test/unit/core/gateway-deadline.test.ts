@@ -73,6 +73,23 @@ describe('Gateway.route and the call’s deadline', () => {
     expect(message).toMatch(/Please retry/);
   });
 
+  it.each([
+    ['embeddings', 'Please retry, or send fewer inputs per call.'],
+    ['audio.transcriptions', 'Please retry, or send a shorter recording.'],
+    ['audio.speech', 'Please retry.'],
+  ] as const)('tells a %s call what it can do: it has no "stream" to set', async (endpoint, advice) => {
+    const { alarms, gateway, resolved, hanging } = setup();
+    const call = new CallRecorder(endpoint, 'req_deadline', alarms);
+    call.endBy = alarms.now() + 60_000;
+    call.firstByteBy = alarms.now() + 30_000;
+    const routed = gateway.route(resolved, call, true, hanging).catch((error: unknown) => error);
+    await Promise.resolve();
+    alarms.advance(30_000);
+    const message = ((await routed) as Error).message;
+    expect(message).not.toMatch(/"stream"/);
+    expect(message.endsWith(advice)).toBe(true);
+  });
+
   it('disarms the alarm once the route is served', async () => {
     const { alarms, gateway, resolved, call } = setup();
     call.endBy = alarms.now() + 5_000;
