@@ -1,4 +1,5 @@
 import {
+  REPORTED_DURATION_SLACK_MS,
   TRANSCRIPTION_FORMATS,
   transcriptionBody,
   transcriptionUsage,
@@ -44,11 +45,19 @@ export const createHandler = (container: () => Container) =>
           file: upload,
           fields: upstreamTranscriptionFields(request, deployment.upstreamModel),
         });
-        return transcriptionBody(request.response_format, upstream.body, audio.durationMs);
+        return transcriptionBody(request.response_format, upstream.body, audio);
       },
     });
-    // The hold covered our measure; a provider's clearly longer decode is billed above it (ARCHITECTURE.md §7:
-    // a cost above its hold is still debited).
+    // The hold covered our measure; a provider's clearly longer decode of a file we could not count is billed above
+    // it (ARCHITECTURE.md §7: a cost above its hold is still debited). One of a file we counted is the provider's to
+    // answer for: told, for whoever reconciles with it, and billed to no one.
+    if (reply.reportedMs !== null && reply.reportedMs > reply.audioMs + REPORTED_DURATION_SLACK_MS)
+      c.log.warn('upstream reported more audio than the file holds; billed our count', {
+        requestId: call.requestId,
+        deployment: call.deployment?.id ?? null,
+        reportedMs: reply.reportedMs,
+        billedMs: reply.audioMs,
+      });
     call.succeeded(transcriptionUsage(reply.audioMs));
     return {
       statusCode: 200,

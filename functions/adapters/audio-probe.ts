@@ -96,7 +96,7 @@ const waveInfo = (bytes: Uint8Array): AudioInfo => {
   }
   if (ms === 0) throw unreadable('it holds no audio frames');
   if (!measurable(ms)) throw unreadable('it holds no audio whose duration can be measured');
-  return { format: 'wav', durationMs: Math.ceil(ms) };
+  return { format: 'wav', durationMs: Math.ceil(ms), counted: true };
 };
 
 export const musicMetadataProbe: AudioProbe = {
@@ -115,9 +115,9 @@ export const musicMetadataProbe: AudioProbe = {
       // music-metadata refuses Matroska clusters of unknown size, which is how a live recorder (a browser's
       // MediaRecorder) writes WebM: those are measured by their blocks alone.
       const live = liveWebmDurationMs(bytes) ?? 0;
-      if (measurable(live)) return { format: 'webm', durationMs: Math.ceil(live) };
+      if (measurable(live)) return { format: 'webm', durationMs: Math.ceil(live), counted: false };
       const mp3 = mp3BehindBrokenTag(bytes) ?? 0;
-      if (measurable(mp3)) return { format: 'mp3', durationMs: Math.ceil(mp3) };
+      if (measurable(mp3)) return { format: 'mp3', durationMs: Math.ceil(mp3), counted: true };
       if (error instanceof Error && NOT_AUDIO.has(error.name)) throw unrecognized();
       // The parser's own words name its internals ("Offset is outside the bounds of the DataView"), not the file's
       // fault: the client is told what it can act on.
@@ -146,12 +146,13 @@ export const musicMetadataProbe: AudioProbe = {
       throw unreadable('it holds no audio frames');
     const counted = count ?? 0;
     let durationMs = Math.max(headerMs, counted);
-    if (countsDecodedAudio(format) && measurable(counted))
+    const decoded = countsDecodedAudio(format) && measurable(counted);
+    if (decoded)
       // Whole frames include the encoder's priming and padding, which a header's exact length (an MP4 edit
       // list, a LAME tag) leaves out: where the two agree that closely, the header's is the length.
       durationMs = Math.abs(counted - headerMs) <= FRAMING_SLACK_MS ? headerMs : counted;
     if (!measurable(durationMs)) throw unreadable('it holds no audio whose duration can be measured');
     // Milliseconds, rounded up: a fraction of a millisecond of audio is still audio.
-    return { format, durationMs: Math.ceil(durationMs) };
+    return { format, durationMs: Math.ceil(durationMs), counted: decoded };
   },
 };

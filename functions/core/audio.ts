@@ -1,4 +1,5 @@
 import { UpstreamFailure } from './fallback.ts';
+import type { AudioInfo } from './ports.ts';
 import type { AudioFile } from './upstream.ts';
 import type { Usage } from './usage.ts';
 
@@ -162,15 +163,20 @@ export const upstreamAudioFile = (file: AudioFile, format: string): AudioFile =>
  */
 export const REPORTED_DURATION_SLACK_MS = 1000;
 
+/** The duration the gateway measured of an upload, and whether it is a count of the audio present. */
+export type MeasuredAudio = Pick<AudioInfo, 'durationMs' | 'counted'>;
+
 /**
- * The duration a transcription is billed on: ours, unless the upstream says it transcribed clearly more. Our
- * measure reads the file; the provider decodes it — if a file was made to read shorter than it plays (an edited
- * header we could not see through), the provider's decode is the truth, and what we pay for.
+ * The duration a transcription is billed on: ours, unless the upstream says it transcribed clearly more of a file
+ * whose length we could only read from what the file claims (Ogg granules, WebM timestamps, an MP4 of another
+ * codec than AAC): if such a file was made to read shorter than it plays, the provider's decode is the truth, and
+ * what we pay for. Where ours is a count of the audio present (`counted`), nothing decodes to more: a provider's
+ * longer report is its error (Whisper's last cue can run past the audio), billed to no client (ADR 0005) but told.
  */
-export const billedAudioMs = (measuredMs: number, reportedMs: number | null): number =>
-  reportedMs !== null && reportedMs > measuredMs + REPORTED_DURATION_SLACK_MS
+export const billedAudioMs = (measured: MeasuredAudio, reportedMs: number | null): number =>
+  !measured.counted && reportedMs !== null && reportedMs > measured.durationMs + REPORTED_DURATION_SLACK_MS
     ? Math.ceil(reportedMs)
-    : measuredMs;
+    : measured.durationMs;
 
 /**
  * The audio duration an upstream's JSON transcription reports: verbose_json's exact `duration` where there is one,
@@ -213,11 +219,13 @@ export const subtitlesEndMs = (text: string): number | null => {
 export const transcriptionBody = (
   format: TranscriptionFormat,
   upstream: Buffer,
-  measuredMs: number,
-): { body: string; audioMs: number } => {
+  measured: MeasuredAudio,
+): { body: string; audioMs: number; reportedMs: number | null } => {
   const text = upstream.toString('utf8');
-  if (format === 'srt' || format === 'vtt')
-    return { body: text, audioMs: billedAudioMs(measuredMs, subtitlesEndMs(text)) };
+  if (format === 'srt' || format === 'vtt') {
+    const reportedMs = subtitlesEndMs(text);
+    return { body: text, audioMs: billedAudioMs(measured, reportedMs), reportedMs };
+  }
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -227,7 +235,13 @@ export const transcriptionBody = (
   if (body === null || typeof body !== 'object' || typeof (body as { text?: unknown }).text !== 'string') {
     throw new UpstreamFailure('protocol', 'upstream transcription has no text');
   }
-  const audioMs = billedAudioMs(measuredMs, reportedMs(body as Record<string, unknown>));
-  if (format === 'text') return { body: `${(body as { text: string }).text}\n`, audioMs };
-  return { body: JSON.stringify({ ...body, usage: { type: 'duration', seconds: audioMs / 1000 } }), audioMs };
+  const reported = reportedMs(body as Record<string, unknown>);
+  const audioMs = billedAudioMs(measured, reported);
+  if (format === 'text')
+    return { body: `${(body as { text: string }).text}\n`, audioMs, reportedMs: reported };
+  return {
+    body: JSON.stringify({ ...body, usage: { type: 'duration', seconds: audioMs / 1000 } }),
+    audioMs,
+    reportedMs: reported,
+  };
 };

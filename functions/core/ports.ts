@@ -62,6 +62,12 @@ export interface AudioInfo {
   /** One of `TRANSCRIPTION_INPUT_FORMATS` (core/audio.ts). */
   readonly format: string;
   readonly durationMs: number;
+  /**
+   * Whether `durationMs` is a count of the audio decoders play (MPEG, FLAC and AAC frames, WAV sample bytes) rather
+   * than what the file claims (Ogg granules, WebM timestamps, a header): a provider that reports more than such a
+   * count is wrong, not hearing more audio (billedAudioMs).
+   */
+  readonly counted: boolean;
 }
 
 /**

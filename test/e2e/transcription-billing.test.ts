@@ -1,14 +1,16 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeWav } from '#test/audio.ts';
+import { musicMetadataProbe } from '#adapters/audio-probe.ts';
+import { encodeAudio, makeWav } from '#test/audio.ts';
 import { debitOf, fundedAccount, settledWallet } from '#test/billing.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
 /**
- * Our measure reads the file; a provider decodes it. When a file was made to read shorter than it plays, the
- * provider's reported duration is the truth, and what it bills us: the call is billed on it. A provider's
- * rounding up to whole seconds is not.
+ * Our measure reads the file; a provider decodes it. Where we can only read what the file claims (Ogg granules,
+ * WebM timestamps) and it was made to read shorter than it plays, the provider's reported duration is the truth,
+ * and what it bills us: the call is billed on it. A provider's rounding up to whole seconds is not, and neither is
+ * any report above what we counted of the audio present (WAV samples, MP3/FLAC/AAC frames): nothing plays longer.
  */
 
 let t: TestStack;
@@ -44,9 +46,14 @@ afterAll(async () => {
 /** svc-stt: 0.001 USD per minute = 1,000,000 nano-USD per 60,000 ms. */
 const sttCost = (ms: number) => Math.round((ms * 1_000_000) / 60_000);
 
-const transcribe = async (key: string, ms: number, format = 'json') => {
+/** An Ogg Opus file of about `ms` of audio: its length is what its granules claim. */
+const ogg = (ms: number) => encodeAudio(makeWav({ durationMs: ms }), 'ogg');
+/** What the gateway measures of `bytes`: the duration it holds and, unless the provider heard more, bills. */
+const measuredMs = async (bytes: Uint8Array) => (await musicMetadataProbe.probe(bytes)).durationMs;
+
+const transcribe = async (key: string, bytes: Uint8Array, format = 'json') => {
   const form = new FormData();
-  form.set('file', new Blob([makeWav({ durationMs: ms })]), 'a.wav');
+  form.set('file', new Blob([bytes]), 'a.ogg');
   form.set('model', 'svc-stt');
   form.set('response_format', format);
   const res = await fetch(`${t.baseURL}/audio/transcriptions`, {
@@ -62,36 +69,52 @@ describe('transcription billing against what the provider decoded', () => {
   it('bills the provider’s duration when it transcribed clearly more than the file read as', async () => {
     const { id, key } = await fundedAccount(t);
     reportedSeconds = 60;
-    const call = await transcribe(key, 2_000);
+    const call = await transcribe(key, await ogg(2_000));
     expect(JSON.parse(call.text).usage.seconds).toBe(60);
     expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(60_000));
   });
 
   it('bills our measure when the provider only rounded up to a whole second', async () => {
     const { id, key } = await fundedAccount(t);
-    reportedSeconds = 3;
-    const call = await transcribe(key, 2_500);
-    expect(JSON.parse(call.text).usage.seconds).toBe(2.5);
-    expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(2_500));
+    const bytes = await ogg(2_500);
+    const ours = await measuredMs(bytes);
+    reportedSeconds = Math.ceil(ours / 1000);
+    const call = await transcribe(key, bytes);
+    expect(JSON.parse(call.text).usage.seconds).toBe(ours / 1000);
+    expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(ours));
   });
 
   it('bills an SRT transcription on its last cue when that runs clearly past the file, and on ours when not', async () => {
     const { id, key } = await fundedAccount(t);
     reportedSeconds = 45;
-    const long = await transcribe(key, 2_000, 'srt');
+    const long = await transcribe(key, await ogg(2_000), 'srt');
     expect(long.text).toContain('--> 00:00:45,000');
-    reportedSeconds = 3;
-    const rounded = await transcribe(key, 2_500, 'srt');
+    const bytes = await ogg(2_500);
+    const ours = await measuredMs(bytes);
+    reportedSeconds = Math.ceil(ours / 1000);
+    const rounded = await transcribe(key, bytes, 'srt');
     const wallet = await settledWallet(t, id);
     expect(debitOf(wallet, long.id)).toBe(sttCost(45_000));
-    expect(debitOf(wallet, rounded.id)).toBe(sttCost(2_500));
+    expect(debitOf(wallet, rounded.id)).toBe(sttCost(ours));
   });
 
   it('bills a plain-text transcription on the provider’s duration too (asked upstream as JSON)', async () => {
     const { id, key } = await fundedAccount(t);
     reportedSeconds = 50;
-    const call = await transcribe(key, 2_000, 'text');
+    const call = await transcribe(key, await ogg(2_000), 'text');
     expect(call.text).toBe('hello\n');
     expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(50_000));
+  });
+
+  it('bills a WAV on its samples whatever longer duration the provider reports, in JSON or subtitles', async () => {
+    const { id, key } = await fundedAccount(t);
+    reportedSeconds = 60;
+    const json = await transcribe(key, makeWav({ durationMs: 2_000 }));
+    expect(JSON.parse(json.text).usage.seconds).toBe(2);
+    reportedSeconds = 30;
+    const srt = await transcribe(key, makeWav({ durationMs: 2_000 }), 'srt');
+    const wallet = await settledWallet(t, id);
+    expect(debitOf(wallet, json.id)).toBe(sttCost(2_000));
+    expect(debitOf(wallet, srt.id)).toBe(sttCost(2_000));
   });
 });

@@ -72,6 +72,17 @@ const framesOf = (mp3: Buffer): Buffer[] => {
 };
 
 describe('the transcription probe bills what decoders play, not what a header claims', () => {
+  it('says which measures are counts of the audio present, which a provider’s report cannot exceed', async () => {
+    const wav = makeWav({ durationMs: 3000, sampleRate: 16_000 });
+    const countedOf = async (bytes: Uint8Array) => (await musicMetadataProbe.probe(bytes)).counted;
+    expect(await countedOf(wav)).toBe(true);
+    for (const format of ['mp3', 'flac', 'm4a'] as const)
+      expect(await countedOf(await encodeAudio(wav, format))).toBe(true);
+    // Ogg granules and WebM timestamps are the file's claims: there the provider's decode backs ours up.
+    for (const format of ['ogg', 'webm'] as const)
+      expect(await countedOf(await encodeAudio(wav, format))).toBe(false);
+  });
+
   it('measures an MP3 by its frames', async () => {
     const mp3 = await encodeAudio(makeWav({ durationMs: 6000 }), 'mp3');
     const { durationMs } = await musicMetadataProbe.probe(mp3);
@@ -454,14 +465,22 @@ describe('the transcription probe bills what decoders play, not what a header cl
     it('measures an RF64 WAV by its data chunk, whatever sync-like bytes its samples hold', async () => {
       const rf64 = await encodeAudio(makeWav({ durationMs: 20_000, sampleRate: 16_000 }), 'wav-rf64');
       expect(rf64.subarray(0, 4).toString()).toBe('RF64');
-      expect(await musicMetadataProbe.probe(rf64)).toEqual({ format: 'wav', durationMs: 20_000 });
+      expect(await musicMetadataProbe.probe(rf64)).toEqual({
+        format: 'wav',
+        durationMs: 20_000,
+        counted: true,
+      });
       // Real MP3 frames written over the first samples: a parser that guesses the format from them measured the
       // file as the 0.1 s of MPEG it found.
       const mp3 = await encodeAudio(makeWav({ durationMs: 500, sampleRate: 16_000 }), 'mp3');
       const data = rf64.indexOf('data') + 8;
       const crafted = Buffer.from(rf64);
       Buffer.concat(framesOf(mp3).slice(1, 4)).copy(crafted, data);
-      expect(await musicMetadataProbe.probe(crafted)).toEqual({ format: 'wav', durationMs: 20_000 });
+      expect(await musicMetadataProbe.probe(crafted)).toEqual({
+        format: 'wav',
+        durationMs: 20_000,
+        counted: true,
+      });
       // The data chunk's size is the one in `ds64`: a chunk after the samples is not audio.
       const trailer = Buffer.concat([
         crafted,
@@ -469,18 +488,30 @@ describe('the transcription probe bills what decoders play, not what a header cl
         Buffer.from([4, 0, 0, 0]),
         Buffer.from('INFO'),
       ]);
-      expect(await musicMetadataProbe.probe(trailer)).toEqual({ format: 'wav', durationMs: 20_000 });
+      expect(await musicMetadataProbe.probe(trailer)).toEqual({
+        format: 'wav',
+        durationMs: 20_000,
+        counted: true,
+      });
       // As decoders read it: the data size is ds64's whatever the chunk's own field says (here 2 bytes).
       const dataSizeAt = rf64.indexOf('data') + 4;
       const smallField = Buffer.from(rf64);
       smallField.writeUInt32LE(2, dataSizeAt);
-      expect(await musicMetadataProbe.probe(smallField)).toEqual({ format: 'wav', durationMs: 20_000 });
+      expect(await musicMetadataProbe.probe(smallField)).toEqual({
+        format: 'wav',
+        durationMs: 20_000,
+        counted: true,
+      });
       // And only in RF64: in a RIFF file a ds64 chunk is any other chunk, and an unsized data chunk runs to the end.
       const riff = Buffer.from(smallField);
       riff.write('RIFF', 0, 'latin1');
       riff.writeUInt32LE(0xffffffff, dataSizeAt);
       riff.writeBigUInt64LE(2n, 28); // ds64's data size: 2 bytes
-      expect(await musicMetadataProbe.probe(riff)).toEqual({ format: 'wav', durationMs: 20_000 });
+      expect(await musicMetadataProbe.probe(riff)).toEqual({
+        format: 'wav',
+        durationMs: 20_000,
+        counted: true,
+      });
     });
 
     it('takes MP4 audio under a major brand it does not list (DASH, or M4A alone), counted by its frames', async () => {
