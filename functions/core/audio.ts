@@ -194,6 +194,15 @@ const reportedMs = (body: Record<string, unknown>): number | null => {
   return seconds === null ? null : seconds * 1000;
 };
 
+/**
+ * How each subtitle format begins: SRT with its first cue's number (or nothing at all: audio without speech), WebVTT
+ * with its signature (after an optional byte-order mark).
+ */
+const SUBTITLES_START: Readonly<Record<'srt' | 'vtt', RegExp>> = {
+  srt: /^\uFEFF?(?:\s*$|\s*\d+[ \t]*\r?\n)/,
+  vtt: /^\uFEFF?WEBVTT(?:[ \t\r\n]|$)/,
+};
+
 /** A cue's end time in an SRT (`00:01:02,500`) or WebVTT (`01:02.500`, hours optional) timing line. */
 const CUE_END = /-->\s*(?:(\d{1,3}):)?(\d{1,2}):(\d{2})[.,](\d{3})/g;
 
@@ -223,6 +232,10 @@ export const transcriptionBody = (
 ): { body: string; audioMs: number; reportedMs: number | null } => {
   const text = upstream.toString('utf8');
   if (format === 'srt' || format === 'vtt') {
+    // Passed through as they come, so checked to be what was asked for: a JSON error or a proxy's HTML page sent
+    // with a 200 would otherwise be served as subtitles, and billed.
+    if (!SUBTITLES_START[format].test(text))
+      throw new UpstreamFailure('protocol', `upstream transcription is not ${format}`);
     const reportedMs = subtitlesEndMs(text);
     return { body: text, audioMs: billedAudioMs(measured, reportedMs), reportedMs };
   }

@@ -210,6 +210,13 @@ beforeAll(async () => {
       raw += chunk.toString();
     });
     req.on('end', () => {
+      if (req.url?.endsWith('/audio/speech')) {
+        // A provider (or a proxy before it) answering 200 with a document instead of audio.
+        const { input } = JSON.parse(raw) as { input: string };
+        const json = input.includes('mode=speech-json');
+        res.writeHead(200, { 'content-type': json ? 'application/json' : 'text/html; charset=utf-8' });
+        return void res.end(json ? '{"error":{"message":"quota exceeded"}}' : '<html>Bad gateway</html>');
+      }
       const body = JSON.parse(raw) as { messages: { content: string }[]; stream?: boolean };
       if (body.messages.some((msg) => msg.content.includes('mode=echo-key'))) {
         // A verbose provider quoting the key it was sent, in a format no rule recognises (a UUID).
@@ -358,6 +365,25 @@ const expectInterrupted = async (mode: string): Promise<string> => {
   expect(record).toMatchObject({ outcome: 'stream_interrupted', cost: 0 });
   return text;
 };
+
+describe('a speech reply that is no audio', () => {
+  it.each(['json', 'html'])(
+    'a 200 of %s is a faulty reply: never relayed as audio, never billed',
+    async (mode) => {
+      await drainSettlements(t.stack);
+      const res = await t.post('/audio/speech', {
+        model: 'svc-tts',
+        input: `mode=speech-${mode}`,
+        voice: 'alloy',
+      });
+      expect(res.status).toBe(500);
+      expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(((await res.json()) as { error: { type: string } }).error.type).toBe('server_error');
+      const [record] = await takeSettlements(t.stack, 1);
+      expect(record).toMatchObject({ outcome: 'upstream_error', cost: 0 });
+    },
+  );
+});
 
 describe('an upstream stream written differently', () => {
   it.each(['spaced', 'multiline', 'no-done', 'dated', 'space-before-colon', 'text-first', 'no-role'])(

@@ -11,6 +11,12 @@ import { statusFailure, transportFailure } from './http.ts';
 import { multipartBody } from './multipart.ts';
 import { type OpenAiHttp, openWithinFirstByte, readAll } from './openai-http.ts';
 
+/** Media types no audio is sent as. */
+const NOT_AUDIO = /^\s*(?:text\/|application\/(?:[\w.+-]*\+)?(?:json|xml)\b|application\/xhtml)/i;
+
+const headerText = (value: string | string[] | undefined): string =>
+  (Array.isArray(value) ? value[0] : value) ?? '';
+
 /** A transcript of the longest accepted upload, in the most verbose format, is far below this. */
 const MAX_TRANSCRIPT_BYTES = 16 * 1024 * 1024;
 
@@ -62,6 +68,14 @@ export class OpenAiCompatibleSpeech implements SpeechProvider {
         },
       );
       if (response.statusCode !== 200) throw await statusFailure(response);
+      // Relayed to the client as audio and billed, so a 200 that says it is a document (a JSON error, a proxy's
+      // HTML page) is a faulty reply and the next deployment is tried. Audio's own types vary by provider
+      // (audio/*, application/octet-stream, application/ogg): only what is plainly not audio is refused.
+      const type = headerText(response.headers['content-type']);
+      if (NOT_AUDIO.test(type)) {
+        response.body.destroy();
+        throw new UpstreamFailure('protocol', `upstream speech is ${type.split(';')[0]?.trim()}, not audio`);
+      }
       const chunks = response.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
       const first = await chunks.next();
       if (first.done) throw new UpstreamFailure('dropped', 'upstream audio ended before its first byte');

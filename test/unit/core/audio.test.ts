@@ -138,6 +138,17 @@ describe('transcriptionBody', () => {
     expect(transcriptionBody('vtt', Buffer.from('WEBVTT\n\n'), claimed(2_500)).audioMs).toBe(2_500);
   });
 
+  it('fails over on subtitles that are not subtitles (a JSON error or an HTML page sent with a 200)', () => {
+    for (const format of ['srt', 'vtt'] as const) {
+      for (const body of ['{"error":{"message":"quota"}}', '<html>Bad gateway</html>', 'hello'])
+        expect(() => transcriptionBody(format, Buffer.from(body), claimed(1_000))).toThrow(UpstreamFailure);
+    }
+    // Audio without speech has no cue: an empty SRT, a WebVTT of its header alone.
+    expect(transcriptionBody('srt', Buffer.from(''), claimed(1_000)).audioMs).toBe(1_000);
+    expect(transcriptionBody('srt', Buffer.from('\n'), claimed(1_000)).audioMs).toBe(1_000);
+    expect(transcriptionBody('vtt', Buffer.from('\uFEFFWEBVTT\n\n'), claimed(1_000)).audioMs).toBe(1_000);
+  });
+
   it('fails over on a JSON reply that is not a transcription', () => {
     expect(() => transcriptionBody('json', Buffer.from('<html>'), claimed(1))).toThrow(UpstreamFailure);
     expect(() => transcriptionBody('verbose_json', Buffer.from('{"words":[]}'), claimed(1))).toThrow(
