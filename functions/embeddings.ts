@@ -1,5 +1,6 @@
 import {
   checkVectors,
+  embeddingsReplyLimitBytes,
   embeddingsResponse,
   embeddingsUsage,
   prepareEmbeddings,
@@ -27,6 +28,7 @@ export const createHandler = (container: () => Container) =>
       // Input tokens are all an embedding costs; the estimate is the upstream's count with our tokenizer.
       holdAmount: costOf(resolved.model, embeddingsUsage(prepared, null)),
     };
+    const maxReplyBytes = embeddingsReplyLimitBytes(prepared);
     const result = await c.gateway.admitAndRoute({
       request: admission,
       resolved,
@@ -38,6 +40,7 @@ export const createHandler = (container: () => Container) =>
           keyIndex,
           signal,
           body: upstreamEmbeddingsBody(prepared, deployment),
+          maxReplyBytes,
         });
         checkVectors(prepared, reply.vectors);
         return reply;

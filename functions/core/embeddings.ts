@@ -82,6 +82,19 @@ export const prepareEmbeddings = (
   return { model, inputs, promptTokens, encoding: request.encoding_format ?? 'float', dimensions };
 };
 
+/** The widest vectors any embedding model of ours may return when its registry row names no width. */
+const WIDEST_VECTOR = 4096;
+
+/**
+ * The most an upstream's reply to `prepared` can be: every vector at its width as JSON floats (up to 25 characters
+ * each, `-0.000012345678901234568,`), base64 far less, plus each item's frame and the reply's own. A reply past this
+ * is no answer to the request; and reading it whole — chunks, their join, the string, the parse — could take more
+ * memory than a function has, ending the invocation with no answer and no settlement.
+ */
+export const embeddingsReplyLimitBytes = (prepared: PreparedEmbeddings): number =>
+  prepared.inputs.length * ((prepared.dimensions ?? prepared.model.dimensions ?? WIDEST_VECTOR) * 25 + 256) +
+  64 * 1024;
+
 /** The upstream body for one deployment: inputs always as a list; `user` stays with us. */
 export const upstreamEmbeddingsBody = (
   prepared: PreparedEmbeddings,

@@ -68,6 +68,8 @@ export type UpstreamVector = readonly number[] | string;
 export interface EmbeddingsCall extends UpstreamTarget {
   /** OpenAI embeddings body for this deployment (core/embeddings.ts `upstreamEmbeddingsBody`). */
   readonly body: Record<string, unknown>;
+  /** The most the reply may be (core/embeddings.ts `embeddingsReplyLimitBytes`): more is a protocol fault. */
+  readonly maxReplyBytes: number;
 }
 
 export interface EmbeddingsResult {

@@ -3,9 +3,6 @@ import type { EmbeddingsCall, EmbeddingsProvider, EmbeddingsResult, UpstreamVect
 import { statusFailure } from './http.ts';
 import { type OpenAiHttp, readJsonObject } from './openai-http.ts';
 
-/** 2048 inputs × 3072 floats as JSON text is ~150 MB; anything bigger is not an embeddings reply. */
-const MAX_REPLY_BYTES = 256 * 1024 * 1024;
-
 /** `POST /embeddings` on an OpenAI-compatible upstream; vectors come back as sent (floats or base64). */
 export class OpenAiCompatibleEmbeddings implements EmbeddingsProvider {
   readonly #http: OpenAiHttp;
@@ -21,10 +18,10 @@ export class OpenAiCompatibleEmbeddings implements EmbeddingsProvider {
       contentType: 'application/json',
       accept: 'application/json',
       headersTimeoutMs: this.#http.completionTimeoutMs(call.deployment),
-      wholeBodyLimitBytes: MAX_REPLY_BYTES,
+      wholeBodyLimitBytes: call.maxReplyBytes,
     });
     if (response.statusCode !== 200) throw await statusFailure(response);
-    const body = await readJsonObject(response, MAX_REPLY_BYTES);
+    const body = await readJsonObject(response, call.maxReplyBytes);
     if (!Array.isArray(body.data)) throw new UpstreamFailure('protocol', 'upstream reply has no data list');
     const vectors: UpstreamVector[] = [];
     for (const item of body.data as unknown[]) {

@@ -3,6 +3,7 @@ import {
   base64ToVector,
   checkVectors,
   embeddingsCeiling,
+  embeddingsReplyLimitBytes,
   embeddingsUsage,
   encodeVector,
   prepareEmbeddings,
@@ -174,6 +175,27 @@ describe('checkVectors', () => {
         message: 'This model cannot return embeddings of 2 dimensions.',
       },
     });
+  });
+});
+
+describe('embeddingsReplyLimitBytes', () => {
+  it('fits the longest reply a request can have, and not much more', () => {
+    const wide: Model = { ...embed, dimensions: 3072 };
+    const prepared = prepareEmbeddings({ model: 'm', input: ['a', 'b', 'c'] }, wide, wordCounter);
+    // Every float at its longest JSON form (`-0.000012345678901234568`), the items framed as OpenAI frames them.
+    const vector = Array.from({ length: 3072 }, () => -1.2345678901234568e-5);
+    const reply = JSON.stringify({
+      object: 'list',
+      data: prepared.inputs.map((_, index) => ({ object: 'embedding', index, embedding: vector })),
+      model: 'text-embedding-3-large',
+      usage: { prompt_tokens: 3, total_tokens: 3 },
+    });
+    const limit = embeddingsReplyLimitBytes(prepared);
+    expect(Buffer.byteLength(reply)).toBeLessThanOrEqual(limit);
+    expect(limit - Buffer.byteLength(reply)).toBeLessThan(70 * 1024);
+    // The client's `dimensions` narrows it.
+    const narrow = prepareEmbeddings({ model: 'm', input: ['a'], dimensions: 256 }, wide, wordCounter);
+    expect(embeddingsReplyLimitBytes(narrow)).toBeLessThan(limit / 3);
   });
 });
 
