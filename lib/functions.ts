@@ -99,7 +99,10 @@ export const functions = {
   // with an answer and a settlement rather than Lambda killing it unrecorded.
   embeddings: { trigger: http('POST /v1/embeddings'), uses: inference },
   'audio-transcriptions': { trigger: http('POST /v1/audio/transcriptions'), uses: inference },
-  'audio-speech': { trigger: http('POST /v1/audio/speech'), uses: inference },
+  // Speech streams its audio as it is made: 4,096 characters at speed 0.25 is some 18 minutes of it, and a client
+  // reading slowly holds the relay. Cut at the function's end, the client would pay for every character with
+  // part of the audio in hand: it gets chat's 15 minutes.
+  'audio-speech': { trigger: http('POST /v1/audio/speech'), uses: inference, timeoutSeconds: 900 },
   models: {
     trigger: http('GET /v1/models', 'GET /v1/models/{id}'),
     uses: { tables: { accounts: ['GetItem'], registry: ['Scan'] } },
@@ -134,10 +137,12 @@ export const functions = {
   },
   'usage-report': {
     trigger: schedule('usageReport'),
-    // It writes usage.json and nothing else: the status page's own files are the deployment's, not its.
+    // It writes usage.json and nothing else: the status page's own files are the deployment's, not its. It reads
+    // the report online first (a run never puts an older report over a newer one); the bucket holds only what the
+    // site serves to anyone.
     uses: {
       tables: { usage: ['Query'], registry: ['Scan'] },
-      buckets: { site: 'write' },
+      buckets: { site: 'readWrite' },
       bucketObjects: { site: buckets.site.usageReportKey },
     },
     timeoutSeconds: 300,

@@ -14,12 +14,13 @@ import {
   Tracing,
 } from 'aws-cdk-lib/aws-lambda';
 import { NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
-import { LogGroup, type RetentionDays } from 'aws-cdk-lib/aws-logs';
+import { FilterPattern, LogGroup, MetricFilter, type RetentionDays } from 'aws-cdk-lib/aws-logs';
 import type { IBucket } from 'aws-cdk-lib/aws-s3';
 import type { ISecret } from 'aws-cdk-lib/aws-secretsmanager';
 import type { ITopic } from 'aws-cdk-lib/aws-sns';
 import type { IQueue } from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { UNSENT_SETTLEMENT_PREFIX } from '#http/unsent-settlement.ts';
 import {
   type BucketId,
   entryOf,
@@ -163,6 +164,34 @@ export class GatewayFunction extends Construct {
 
     this.bind(name, definition, bindings);
     this.alarms(functionName, bindings.alarmTopic);
+    if (definition.uses.sendsTo?.includes('settlement'))
+      this.unsentSettlementAlarm(functionName, logGroup, bindings.alarmTopic);
+  }
+
+  /**
+   * A settlement record the queue did not take (or had not acknowledged when the invocation ended) is logged whole
+   * and caught by the handler, so the function's error metric never moves; unless it is replayed, the call is
+   * never charged once the sweeper releases its hold. Each such line counts, and the first one alarms.
+   */
+  private unsentSettlementAlarm(functionName: string, logGroup: LogGroup, topic: ITopic): void {
+    const filter = new MetricFilter(this, 'unsent-settlements', {
+      logGroup,
+      filterPattern: FilterPattern.stringValue('$.message', '=', `${UNSENT_SETTLEMENT_PREFIX}*`),
+      metricNamespace: 'InferenceGateway',
+      metricName: `${functionName}-unsent-settlements`,
+      metricValue: '1',
+    });
+    new Alarm(this, 'unsent-settlements-alarm', {
+      alarmName: `${functionName}-unsent-settlements`,
+      alarmDescription:
+        `${functionName}: settlement records logged instead of sent in the last 5 minutes; ` +
+        'replay them from the log (npm run admin -- settlements replay) before their holds expire',
+      metric: filter.metric({ period: Duration.minutes(5), statistic: 'Sum' }),
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: TreatMissingData.NOT_BREACHING,
+    }).addAlarmAction(new SnsAction(topic));
   }
 
   /** Grants and environment variables, from the row's declared uses. */

@@ -16,6 +16,7 @@ import {
   type LambdaContext,
   requestIdOf,
 } from './lambda.ts';
+import { UNSENT_SETTLEMENT } from './unsent-settlement.ts';
 
 export type InferenceFn = (
   event: HttpEvent,
@@ -211,9 +212,6 @@ export const sendSettlement = async (
   );
   const outcome = await Promise.race([sending, late]);
   clearTimeout(timer);
-  if (outcome === 'late')
-    deps.log.error('settlement record not acknowledged before the invocation ends; replay it if missing', {
-      record,
-    });
-  else if (outcome !== 'sent') deps.log.error('settlement record not sent', { record, error: outcome.error });
+  if (outcome === 'late') deps.log.error(UNSENT_SETTLEMENT.unacknowledged, { record });
+  else if (outcome !== 'sent') deps.log.error(UNSENT_SETTLEMENT.failed, { record, error: outcome.error });
 };

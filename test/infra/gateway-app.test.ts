@@ -9,6 +9,7 @@ import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '#functions/config.ts';
 import { CORS_HEADERS } from '#http/cors.ts';
+import { UNSENT_SETTLEMENT, UNSENT_SETTLEMENT_PREFIX } from '#http/unsent-settlement.ts';
 import { SETTLEMENT_AGE_ALARM_SECONDS } from '#lib/data-stack.ts';
 import { type FunctionDefinition, functions, timeoutOf } from '#lib/functions.ts';
 import { ENTRY_METADATA } from '#lib/gateway-function.ts';
@@ -219,6 +220,11 @@ describe('the CDK app', () => {
     expect(wired).toEqual(handlerFiles());
   });
 
+  it('gives the endpoints that stream as long as they need (chat, speech) Lambda’s longest run, 15 minutes', () => {
+    for (const name of ['chat-completions', 'audio-speech'])
+      expect(functionOf(name).properties.Timeout, name).toBe(900);
+  });
+
   it('runs every function on Node.js 24, arm64, with JSON logs, X-Ray tracing and source maps', () => {
     for (const name of Object.keys(rows)) {
       const fn = functionOf(name).properties;
@@ -368,6 +374,16 @@ describe('the CDK app', () => {
     expect((rows['usage-report'] as FunctionDefinition).uses).toMatchObject({
       bucketObjects: { site: 'usage.json' },
     });
+    // It reads the report online before writing (an older report never replaces a newer one).
+    const reportRole = one(
+      all('AWS::IAM::Role').filter((r) =>
+        referencesIn(functionOf('usage-report').stack, functionOf('usage-report').properties.Role).includes(
+          key(r),
+        ),
+      ),
+      'the usage-report role',
+    );
+    expect(statementsOf(reportRole).flatMap((st) => st.actions)).toContain('s3:GetObject*');
   });
 
   it('grants no * action anywhere, and * resources only to X-Ray', () => {
@@ -604,6 +620,44 @@ describe('the CDK app', () => {
     expect(referencesIn('api', dimension('Stage'))).toEqual([
       key(one(all('AWS::ApiGateway::Stage'), 'the API stage')),
     ]);
+  });
+
+  it('alarms on the first settlement record an HTTP function logged instead of sending (a charge to replay)', () => {
+    const topic = key(one(all('AWS::SNS::Topic'), 'the alarm topic'));
+    const senders = Object.entries(rows).filter(([, d]) => d.uses.sendsTo?.includes('settlement'));
+    expect(senders.map(([name]) => name).sort()).toEqual(
+      ['audio-speech', 'audio-transcriptions', 'chat-completions', 'embeddings'].sort(),
+    );
+    for (const [name] of senders) {
+      const group = one(
+        all('AWS::Logs::LogGroup').filter(
+          (g) => g.properties.LogGroupName === `/aws/lambda/${PREFIX}-${name}`,
+        ),
+        `${name}'s log group`,
+      );
+      const filter = one(
+        all('AWS::Logs::MetricFilter').filter((f) =>
+          referencesIn(f.stack, f.properties.LogGroupName).includes(key(group)),
+        ),
+        `${name}'s unsent-settlement filter`,
+      ).properties;
+      // Both log lines of a record that may not have reached the queue begin with the pattern's prefix.
+      const prefix = /^\{ \$\.message = "(.*)\*" \}$/.exec(filter.FilterPattern)?.[1];
+      expect(prefix, filter.FilterPattern).toBe(UNSENT_SETTLEMENT_PREFIX);
+      for (const message of Object.values(UNSENT_SETTLEMENT))
+        expect(message.startsWith(prefix as string)).toBe(true);
+      const transformation = (filter.MetricTransformations as Json[])[0];
+      const alarm = one(
+        all('AWS::CloudWatch::Alarm').filter(
+          (a) =>
+            a.properties.MetricName === transformation.MetricName &&
+            a.properties.Namespace === transformation.MetricNamespace,
+        ),
+        `${name}'s unsent-settlement alarm`,
+      );
+      expect(alarm.properties).toMatchObject({ Threshold: 1, Statistic: 'Sum', Period: 300 });
+      expect(referencesIn(alarm.stack, alarm.properties.AlarmActions)).toEqual([topic]);
+    }
   });
 
   it('serves /v1/* from the API and the status page and /usage.json from the private bucket through OAC', () => {
