@@ -65,11 +65,29 @@ const renderTotals = (report) => {
   field('totals.uptime_percent', percent(totals.uptime_percent));
   field('totals.downtime_minutes', integer.format(totals.downtime_minutes));
   const generated = document.getElementById('generated-at');
-  generated.dateTime = report.generated_at;
-  generated.textContent = utc(report.generated_at);
-  const ongoing = report.incidents.filter((i) => i.status === 'ONGOING');
+  const at = generatedAt(report);
+  generated.dateTime = Number.isFinite(at) ? report.generated_at : '';
+  generated.textContent = Number.isFinite(at) ? utc(new Date(at).toISOString()) : 'at an unknown time';
+  renderOverall(report);
+};
+
+/** When the report was generated, epoch ms; NaN when it does not say in a form that reads as a time. */
+const generatedAt = (report) =>
+  typeof report.generated_at === 'string' ? Date.parse(report.generated_at) : Number.NaN;
+
+/**
+ * The line at the top: what the report says of now. Run on every render and on every tick of the refresh, as the
+ * report ages while the page stays open, whether or not a newer one arrives.
+ */
+const renderOverall = (report) => {
   const overall = document.getElementById('overall');
-  const ageMinutes = Math.floor((Date.now() - Date.parse(report.generated_at)) / 60_000);
+  const ageMinutes = Math.floor((Date.now() - generatedAt(report)) / 60_000);
+  if (!Number.isFinite(ageMinutes)) {
+    // A report of unknown age vouches for nothing (NaN compares false with any threshold: it read "operational").
+    overall.dataset.state = 'unknown';
+    overall.textContent = 'Status unknown: the report does not say when it was generated';
+    return;
+  }
   if (ageMinutes >= STALE_AFTER_MINUTES) {
     // The report is rebuilt every few minutes: one this old says nothing of now — neither "operational" nor an
     // incident still "ongoing".
@@ -77,6 +95,7 @@ const renderTotals = (report) => {
     overall.textContent = `Status unknown: the report is ${staleAge(ageMinutes)} old`;
     return;
   }
+  const ongoing = report.incidents.filter((i) => i.status === 'ONGOING');
   overall.dataset.state = ongoing.length > 0 ? 'incident' : 'up';
   overall.textContent =
     ongoing.length > 0 ? `Ongoing incident: ${ongoing[0].name}` : 'All systems operational';
@@ -84,6 +103,15 @@ const renderTotals = (report) => {
 
 /** Six runs of the report's 5-minute schedule missed: past this the page does not vouch for the present. */
 const STALE_AFTER_MINUTES = 30;
+
+/**
+ * How often an open page reads usage.json again: its Cache-Control max-age (60 s), so each read can bring a newer
+ * report. `?refresh=<seconds>` sets another period (the browser tests use a fraction of a second).
+ */
+const REFRESH_MS = (() => {
+  const seconds = Number(new URLSearchParams(window.location.search).get('refresh') ?? '');
+  return Number.isFinite(seconds) && seconds > 0 ? Math.max(50, seconds * 1000) : 60_000;
+})();
 
 /** 45 → "45 minutes", 200 → "3 hours", 3000 → "2 days". */
 const staleAge = (minutes) => {
@@ -196,15 +224,20 @@ const renderIncidents = (incidents) => {
   }
 };
 
+/** The report on screen, and the text it came as (null until one has rendered). */
+let shown = null;
+let shownText = null;
+
 let resizing = null;
+// One listener for the page's life: it draws whichever report is on screen by then.
+window.addEventListener('resize', () => {
+  clearTimeout(resizing);
+  resizing = setTimeout(() => shown && renderChart(shown.tokens_per_day), 150);
+});
 
 const render = (report) => {
   renderTotals(report);
   renderChart(report.tokens_per_day);
-  window.addEventListener('resize', () => {
-    clearTimeout(resizing);
-    resizing = setTimeout(() => renderChart(report.tokens_per_day), 150);
-  });
   renderIncidents(report.incidents);
   fill(
     'models',
@@ -245,20 +278,67 @@ const render = (report) => {
   document.body.dataset.loaded = 'true';
 };
 
+const notify = (text) => {
+  const notice = document.getElementById('load-error');
+  notice.hidden = text === null;
+  notice.textContent = text ?? '';
+};
+
+let loading = false;
+
+/**
+ * Reads usage.json and renders it. A read that fails once a report is on screen keeps that report (its figures are
+ * still the last known) and says so; the age rule then marks it stale once it is 30 minutes old.
+ */
 const load = async () => {
+  // A read still under way (a slow network) is not doubled by the next tick.
+  if (loading) return;
+  loading = true;
   try {
-    const response = await fetch('usage.json', { cache: 'no-cache' });
+    // Bounded: a read that never answers would otherwise hold off every later one.
+    const response = await fetch('usage.json', {
+      cache: 'no-cache',
+      signal: AbortSignal.timeout(Math.max(REFRESH_MS, 10_000)),
+    });
     if (!response.ok) throw new Error(`usage.json answered ${response.status}`);
-    render(await response.json());
+    const text = await response.text();
+    // The same report again (the schedule has not run since): nothing to redraw, only its age to judge.
+    if (text !== shownText) {
+      const report = JSON.parse(text);
+      render(report);
+      shown = report;
+      shownText = text;
+    }
+    renderOverall(shown);
+    notify(null);
   } catch (error) {
-    const notice = document.getElementById('load-error');
-    notice.hidden = false;
-    notice.textContent = `The usage report could not be loaded (${error instanceof Error ? error.message : error}).`;
+    const reason = error instanceof Error ? error.message : String(error);
+    if (shown) {
+      notify(
+        `The usage report could not be refreshed (${reason}); the figures are those of the last one read.`,
+      );
+      renderOverall(shown);
+      return;
+    }
+    notify(`The usage report could not be loaded (${reason}).`);
     const overall = document.getElementById('overall');
     overall.dataset.state = 'unknown';
     overall.textContent = 'Status unknown';
     document.body.dataset.loaded = 'error';
+  } finally {
+    loading = false;
   }
 };
 
+/** A page left open follows the report: read again, and judge the age again even when no newer one comes. */
+const tick = () => {
+  if (shown) renderOverall(shown);
+  load();
+};
+
 load();
+setInterval(tick, REFRESH_MS);
+// Background tabs have their timers slowed down: a tab coming back is brought up to date at once.
+document.addEventListener('visibilitychange', () => {
+  if (document.visibilityState === 'visible') tick();
+});

@@ -37,14 +37,23 @@ export class DynamoUsage implements UsageSource {
     return rows;
   }
 
-  async #day(day: string): Promise<AggregateRow[]> {
+  async minuteRows(day: string, hour: number): Promise<AggregateRow[]> {
+    // The hour's shards only (`minutes#<HH>#<shard>`), not the rest of the day's partition.
+    return this.#day(day, `minutes#${String(hour).padStart(2, '0')}#`);
+  }
+
+  /** A day's rows, or those whose sort key starts with `prefix`. */
+  async #day(day: string, prefix?: string): Promise<AggregateRow[]> {
     const subjects = new Map<string, Record<string, number>>();
     const pages = paginateQuery(
       { client: this.#client },
       {
         TableName: this.#table,
-        KeyConditionExpression: 'pk = :pk',
-        ExpressionAttributeValues: { ':pk': { S: `agg#${day}` } },
+        KeyConditionExpression: prefix === undefined ? 'pk = :pk' : 'pk = :pk AND begins_with(sk, :prefix)',
+        ExpressionAttributeValues: {
+          ':pk': { S: `agg#${day}` },
+          ...(prefix === undefined ? {} : { ':prefix': { S: prefix } }),
+        },
       },
     );
     for await (const page of pages) {

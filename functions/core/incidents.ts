@@ -69,11 +69,16 @@ const floorMinute = (ms: number): number => Math.floor(ms / MINUTE_MS) * MINUTE_
  * minutes. It is MAJOR if in any of its minutes nothing could be served (an empty registry's 503, or every
  * call failed), MINOR otherwise; ONGOING until `resolveAfterMinutes` have passed since its last down minute.
  * Incidents are returned newest first.
+ *
+ * Minutes before `judgedFrom` are context only: they fill the sliding window of the first judged minutes (the
+ * report's window starts at a midnight, and its first minutes look back into the day before), but are never judged
+ * themselves, so no incident starts before it.
  */
 export const detectIncidents = (
   minutes: readonly MinuteCounts[],
   now: number,
   rule: IncidentRule = DEFAULT_INCIDENT_RULE,
+  judgedFrom = Number.NEGATIVE_INFINITY,
 ): Incident[] => {
   const byMinute = new Map<number, MinuteCounts>();
   for (const m of minutes) {
@@ -104,7 +109,9 @@ export const detectIncidents = (
     }
     return errors >= rule.minErrors && errors >= rule.errorRate * requests;
   };
-  const down = [...byMinute.values()].filter(isDown).sort((a, b) => a.at - b.at);
+  const down = [...byMinute.values()]
+    .filter((m) => m.at >= judgedFrom && isDown(m))
+    .sort((a, b) => a.at - b.at);
 
   const groups: MinuteCounts[][] = [];
   for (const m of down) {

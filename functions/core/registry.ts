@@ -57,7 +57,10 @@ export type AdapterName = 'openai-compatible' | 'anthropic';
 export interface Deployment {
   readonly id: string;
   readonly model: string;
-  /** Provider label, exposed in the `x-svc-provider` response header and the usage report. */
+  /**
+   * Provider label, exposed in the `x-svc-provider` response header and kept in the settlement record (and its
+   * attempts). The public usage report has no provider figures: it counts per model and pseudo-group (ADR 0008).
+   */
   readonly provider: string;
   readonly adapter: AdapterName;
   /** Ends before the endpoint path, e.g. `https://api.example.com/v1`. */

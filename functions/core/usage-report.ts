@@ -82,6 +82,8 @@ export interface AggregateRow {
 export interface UsageSource {
   /** Every aggregate row of these UTC days. */
   rows(days: readonly string[]): Promise<AggregateRow[]>;
+  /** One UTC hour's minute counters (the `minutes#<HH>` subject) of a day: the window's lookback (`lookbackHour`). */
+  minuteRows(day: string, hour: number): Promise<AggregateRow[]>;
   /**
    * The `limit` most recent listed faults (not the caller's own errors) of these days (given newest first), up to
    * `untilMs`, newest first.
@@ -89,14 +91,47 @@ export interface UsageSource {
   recentFaults(days: readonly string[], limit: number, untilMs: number): Promise<FaultEntry[]>;
 }
 
+/** An object as the site bucket holds it. */
+export interface StoredObject {
+  readonly body: string;
+  /** Its version tag, for a put conditional on it (absent when the store gave none). */
+  readonly etag?: string;
+}
+
 /** Where the report is published (the site bucket). */
 export interface SitePublisher {
-  putJson(key: string, body: string, cacheControl: string): Promise<void>;
+  /** The object at `key`; null when there is none. */
+  get(key: string): Promise<StoredObject | null>;
+  /**
+   * Puts the object. With `expected`, only if the key still holds what was read — that etag, or (null) no object —
+   * and false, nothing written, when another writer changed it meanwhile; without, unconditionally.
+   */
+  putJson(key: string, body: string, cacheControl: string, expected?: string | null): Promise<boolean>;
 }
+
+/** The `generated_at` of a stored report, epoch ms; NaN when its body has none that reads as a time. */
+export const generatedAtOf = (body: string): number => {
+  try {
+    const at = (JSON.parse(body) as { generated_at?: unknown } | null)?.generated_at;
+    return typeof at === 'string' ? Date.parse(at) : Number.NaN;
+  } catch {
+    return Number.NaN;
+  }
+};
 
 /** The UTC days of the window ending at `now`, oldest first: today and the 29 before it. */
 export const windowDays = (now: number, days = REPORT_WINDOW_DAYS): string[] =>
   Array.from({ length: days }, (_, i) => utcDay(now - (days - 1 - i) * DAY_MS));
+
+/**
+ * The hour before the window's first midnight (the last of the day before it): its minute counters are read so that
+ * the window's first minutes are judged over their whole lookback (`IncidentRule.windowMinutes`, under an hour),
+ * not over the part of it inside the window. Nothing in it is counted.
+ */
+export const lookbackHour = (now: number, days = REPORT_WINDOW_DAYS): { day: string; hour: number } => ({
+  day: utcDay(now - days * DAY_MS),
+  hour: 23,
+});
 
 /** Rounded down, so any downtime or fault shows below 100. */
 const percent = (part: number, whole: number): number =>
@@ -144,8 +179,39 @@ export interface ReportInput {
   readonly rows: readonly AggregateRow[];
   /** Most recent first; only the first RECENT_FAULTS are listed. */
   readonly recentFaults: readonly FaultEntry[];
+  /**
+   * Minute rows of the hour before the window (`lookbackHour`): the first minutes' lookback, never counted in the
+   * totals nor judged themselves.
+   */
+  readonly lookback?: readonly AggregateRow[];
   readonly rule?: IncidentRule;
 }
+
+/**
+ * The minutes of a `minutes#<HH>` row with any call in them. Only whole minutes before `now`: a report as of a past
+ * moment (a replay, or a run that starts after its scheduled time) ends there, and the minute under way — its calls
+ * still ending — is judged by the next run once it is over (judged half-way, it could open an incident the next run
+ * takes back).
+ */
+const minutesOf = (row: AggregateRow, hour: number, now: number): MinuteCounts[] => {
+  const c = (name: string) => row.counters[name] ?? 0;
+  const hourStart = Date.parse(`${row.day}T00:00:00Z`) + hour * 3_600_000;
+  const minutes: MinuteCounts[] = [];
+  for (let minute = 0; minute < 60; minute++) {
+    const mm = String(minute).padStart(2, '0');
+    const at = hourStart + minute * MINUTE_MS;
+    if (at + MINUTE_MS > now) break;
+    const counts = {
+      requests: c(`r${mm}`),
+      serverErrors: c(`e${mm}`),
+      noEligible: c(`u${mm}`),
+      overloaded: c(`o${mm}`),
+    };
+    if (counts.requests + counts.serverErrors + counts.noEligible === 0) continue;
+    minutes.push({ at, ...counts });
+  }
+  return minutes;
+};
 
 /**
  * Builds the report. Definitions (README, ADR 0008):
@@ -199,31 +265,21 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
       entry.count += c('count');
       funnel.set(key, entry);
     } else if (subject.type === 'minutes') {
-      const hourStart = Date.parse(`${row.day}T00:00:00Z`) + subject.hour * 3_600_000;
-      for (let minute = 0; minute < 60; minute++) {
-        const mm = String(minute).padStart(2, '0');
-        const at = hourStart + minute * MINUTE_MS;
-        // Only whole minutes before `now`: a report as of a past moment (a replay, or a run that starts after its
-        // scheduled time) ends there, and the minute under way — its calls still ending — is judged by the next run
-        // once it is over (judged half-way, it could open an incident the next run takes back).
-        if (at + MINUTE_MS > now) break;
-        const counts = {
-          requests: c(`r${mm}`),
-          serverErrors: c(`e${mm}`),
-          noEligible: c(`u${mm}`),
-          overloaded: c(`o${mm}`),
-        };
-        if (counts.requests + counts.serverErrors + counts.noEligible === 0) continue;
-        minutes.push({ at, ...counts });
-      }
+      minutes.push(...minutesOf(row, subject.hour, now));
     }
   }
+  // The window's first minutes look back into the day before it: its last hour's minutes are read for that only.
+  const windowStart = Date.parse(`${days[0]}T00:00:00Z`);
+  for (const row of input.lookback ?? []) {
+    const subject = parseSubject(row.subject);
+    if (subject.type !== 'minutes') continue;
+    for (const m of minutesOf(row, subject.hour, now)) if (m.at < windowStart) minutes.push(m);
+  }
 
-  const incidents = detectIncidents(minutes, now, input.rule ?? DEFAULT_INCIDENT_RULE);
+  const incidents = detectIncidents(minutes, now, input.rule ?? DEFAULT_INCIDENT_RULE, windowStart);
   const downtime = incidents.reduce((sum, i) => sum + i.downtimeMinutes, 0);
   // The minutes the window measured: from its first day's midnight to `now`'s last whole minute (under 30 × 1440
   // until the day's end), so a platform down for all of them reports 0 %.
-  const windowStart = Date.parse(`${days[0]}T00:00:00Z`);
   const windowMinutes = Math.max(1, Math.floor((now - windowStart) / MINUTE_MS));
 
   const empty: ModelTotals = { requests: 0, successes: 0, faults: 0, tokens: 0, recentFaults: 0 };

@@ -1,7 +1,11 @@
 import { mkdirSync } from 'node:fs';
+import { S3Client } from '@aws-sdk/client-s3';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { S3SitePublisher } from '#adapters/s3-site.ts';
 import type { UsageReport } from '#core/usage-report.ts';
+import { USAGE_REPORT_CACHE_CONTROL } from '#functions/usage-report.ts';
+import { localClientConfig } from '#local/emulators.ts';
 import { CHROMIUM_LAUNCH } from '#test/browser.ts';
 import { NO_CIRCUIT_BREAKING, startTestStack, type TestStack } from '#test/stack.ts';
 import { fetchUsage, settledReport, withEmptyRegistry } from '#test/usage.ts';
@@ -225,7 +229,20 @@ describe('the status page', () => {
 
   it('vouches for nothing when the report is old: status unknown, not operational nor an incident ongoing', async () => {
     // The last report anyone published, three hours ago (its schedule stopped since): an incident still "ongoing".
-    await t.stack.usageReport({ time: new Date(Date.now() - 3 * 3_600_000).toISOString() });
+    // A replay builds it; it is put in the bucket by hand, as a replay publishes nothing.
+    const replayed = await t.stack.usageReport({ time: new Date(Date.now() - 3 * 3_600_000).toISOString() });
+    if (!replayed.report) throw new Error('a replay returns its report');
+    expect((await fetchUsage(t)).report.generated_at).toBe(report.generated_at);
+    const s3 = new S3Client({ ...localClientConfig(t.stack.emulators.s3), forcePathStyle: true });
+    try {
+      await new S3SitePublisher(s3, t.stack.resources.siteBucket).putJson(
+        'usage.json',
+        JSON.stringify(replayed.report),
+        USAGE_REPORT_CACHE_CONTROL,
+      );
+    } finally {
+      s3.destroy();
+    }
     const { page, problems, close } = await open({ width: 1280, height: 900 });
     try {
       expect(await page.locator('#overall').getAttribute('data-state')).toBe('unknown');

@@ -1,6 +1,7 @@
 import { DynamoDBClient, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashKey } from '#adapters/dynamo-key-store.ts';
+import { DynamoUsage } from '#adapters/dynamo-usage.ts';
 import { publicPrefix } from '#core/api-keys.ts';
 import { usdToNano } from '#core/pricing.ts';
 import type { UsageReport } from '#core/usage-report.ts';
@@ -357,6 +358,40 @@ describe('usage.json after a known workload', () => {
     const { report } = await settledReport(t, calls.length, T0 + 40 * MIN);
     expect(report.recent_faults).toEqual(later.recent_faults);
     expect(report.recent_faults).toHaveLength(9);
+  });
+
+  it('reads the hour before its window for the first minutes’ lookback, and counts none of it', async () => {
+    // The day before the window of the report as of T0 + 40 min: its last hour's minute counters in two shards, and
+    // other subjects of that day, which the lookback's query leaves out.
+    const before = new Date(T0 + 40 * MIN - 30 * 86_400_000).toISOString().slice(0, 10);
+    const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
+    const table = t.stack.resources.tables.usage;
+    const put = (sk: string, counters: Record<string, number>) =>
+      client.send(
+        new PutItemCommand({
+          TableName: table,
+          Item: {
+            pk: { S: `agg#${before}` },
+            sk: { S: sk },
+            ...Object.fromEntries(Object.entries(counters).map(([name, n]) => [name, { N: String(n) }])),
+          },
+        }),
+      );
+    try {
+      await put('minutes#23#0', { r59: 2, e59: 2 });
+      await put('minutes#23#5', { r58: 4, r59: 1, e59: 1 });
+      await put('minutes#22#0', { r10: 1 });
+      await put(`model#${FAMA}#0`, { requests: 7, successes: 7, tokens: 700 });
+      expect(await new DynamoUsage(client, table).minuteRows(before, 23)).toEqual([
+        { day: before, subject: 'minutes#23', counters: { r58: 4, r59: 3, e59: 3 } },
+      ]);
+    } finally {
+      client.destroy();
+    }
+    const { report } = await settledReport(t, calls.length, T0 + 40 * MIN);
+    expect(report.totals).toEqual(later.totals);
+    expect(report.incidents).toEqual(later.incidents);
+    expect(report.tokens_per_day).toEqual(later.tokens_per_day);
   });
 
   it('names no account, key prefix or key hash, nor anything a caller sent', () => {

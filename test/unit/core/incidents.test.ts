@@ -98,6 +98,16 @@ describe('detectIncidents', () => {
     expect(detectIncidents(counts, end)[0]).toMatchObject({ downtimeMinutes: 2, start: T0 + 20 * MIN, end });
   });
 
+  it('reads the minutes before `judgedFrom` for the sliding window only, never judging them', () => {
+    const counts = [minute(0, 2, 2), minute(1, 2, 2), minute(2, 1, 1)];
+    // Minutes 0 and 1 are down by the rule, but before the judged range: only minute 2 is judged, over all three.
+    expect(detectIncidents(counts, T0 + 40 * MIN, DEFAULT_INCIDENT_RULE, T0 + 2 * MIN)).toEqual([
+      expect.objectContaining({ start: T0 + 2 * MIN, end: T0 + 3 * MIN, downtimeMinutes: 1 }),
+    ]);
+    // Alone, minute 2's one 5xx is under the three the rule asks for.
+    expect(detectIncidents([minute(2, 1, 1)], T0 + 40 * MIN)).toEqual([]);
+  });
+
   it('adds up counts of the same minute (several shards) and ignores seconds within it', () => {
     const incidents = detectIncidents(
       [

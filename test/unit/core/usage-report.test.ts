@@ -2,7 +2,13 @@ import { describe, expect, it } from 'vitest';
 import type { Model } from '#core/registry.ts';
 import type { Outcome, SettlementRecord } from '#core/settlement.ts';
 import { aggregatesFor, faultDetail, faultFor, parseSubject } from '#core/usage-aggregates.ts';
-import { type AggregateRow, buildUsageReport, funnelLabel, windowDays } from '#core/usage-report.ts';
+import {
+  type AggregateRow,
+  buildUsageReport,
+  funnelLabel,
+  lookbackHour,
+  windowDays,
+} from '#core/usage-report.ts';
 import { chatModel } from '#test/fixtures.ts';
 
 const T0 = Date.UTC(2026, 10, 22, 12, 0);
@@ -401,6 +407,37 @@ describe('buildUsageReport', () => {
     expect(report(outage, T0 + 20 * MIN).incidents).toEqual([]);
     expect(report(outage, T0 + 20 * MIN + 50 * SEC).incidents).toEqual([]);
     expect(report(outage, T0 + 21 * MIN).incidents).toHaveLength(1);
+  });
+
+  it('judges the window’s first minutes over their whole lookback, read from the day before and counted nowhere', () => {
+    // As of T0 the window starts at midnight on 2026-10-24; its first minutes look back into 23:56–23:59 before it.
+    const midnight = Date.UTC(2026, 9, 24);
+    expect(lookbackHour(T0)).toEqual({ day: '2026-10-23', hour: 23 });
+    const fault = (at: number) => failed('upstream_error', 500, 'server_error', { at });
+    const asOfT0 = (rows: AggregateRow[], lookback?: AggregateRow[]) =>
+      buildUsageReport({ now: T0, models, rows, recentFaults: [], ...(lookback ? { lookback } : {}) });
+
+    // An outage across midnight: a failed call in each of the day's last three minutes, one more in the window's
+    // first. The day before's rows are all passed, to show none of them is counted.
+    const outage = asOfT0(
+      rowsOf([fault(midnight + SEC)]),
+      rowsOf([1, 2, 3].map((i) => fault(midnight - i * MIN))),
+    );
+    expect(outage.incidents).toEqual([
+      expect.objectContaining({ start: '2026-10-24T00:00:00.000Z', end: '2026-10-24T00:01:00.000Z' }),
+    ]);
+    expect(outage.totals).toMatchObject({ requests: 1, downtime_minutes: 1 });
+    expect(outage.error_funnel).toEqual([
+      expect.objectContaining({ group: 'famA-a', status: 500, count: 1 }),
+    ]);
+    // Without the day before, the first minute had its own fault only: under the three the rule asks for.
+    expect(asOfT0(rowsOf([fault(midnight + SEC)])).incidents).toEqual([]);
+
+    // And a busy end of the day dilutes the window's first failures, as earlier calls do any other minute's.
+    const failures = rowsOf([1, 2, 3].map((i) => fault(midnight + i * SEC)));
+    const busy = rowsOf(Array.from({ length: 20 }, (_, i) => call({ at: midnight - 2 * MIN + i * SEC })));
+    expect(asOfT0(failures, busy).incidents).toEqual([]);
+    expect(asOfT0(failures).incidents).toHaveLength(1);
   });
 
   it('rates the platform over the minutes its window measured', () => {
