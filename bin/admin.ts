@@ -5,15 +5,19 @@
  *   accounts show ACCOUNT_ID                    show an account
  *   keys create ACCOUNT_ID [--name NAME]        create an API key; the key is printed once, never stored
  *   keys list ACCOUNT_ID                        list an account's keys (public prefixes only)
- *   keys revoke ACCOUNT_ID KEY_PREFIX           revoke keys by public prefix (e.g. svc_live_Ab12Cd34)
- *   accounts quota ACCOUNT_ID [--rpm N] [--rpd N] [--tpm N] [--tpd N] | --clear
- *                                               a volume account's custom quota: each limit given replaces the
- *                                               tier's; those not given keep the tier's
+ *   keys revoke ACCOUNT_ID KEY_PREFIX           revoke keys by public prefix (e.g. svc_live_Ab12Cd34); the gateway
+ *                                               may accept them for the stage's KEY_CACHE_TTL_MS (default 5 s) more
+ *   accounts quota ACCOUNT_ID [--rpm N|tier] [--rpd N|tier] [--tpm N|tier] [--tpd N|tier] | --clear
+ *                                               a volume account's custom quota, which replaces the tier's limits:
+ *                                               each limit given is set (`tier`: the tier's again), those not given
+ *                                               keep what they have; --clear drops the whole custom quota
  *   wallet topup ACCOUNT_ID USD --reference REF credit a top-up (min 1 USD; REF makes it happen once)
  *   wallet show ACCOUNT_ID                      balance, available, owed, open holds and the ledger
  *   settlements replay FILE                     settle records that never reached the queue (the gateway logs
- *                                               each as "settlement record not sent"): JSON lines — those log
- *                                               lines, records, or queue message bodies; a record settles once
+ *                                               each as "settlement record not sent" or "… not acknowledged
+ *                                               …"): JSON lines — those log
+ *                                               lines, records, or queue message bodies; a record settles once.
+ *                                               Exits 1 when a line is unreadable or a record was not settled
  *   registry …, models …, deployments …         the model registry: see admin/registry-commands.ts and
  *                                               docs/registry.md
  *
@@ -26,21 +30,23 @@ import { parseArgs } from 'node:util';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
-import { settlementRecordsOf } from '#adapters/settlement-codec.ts';
 import { MAX_BALANCE_NANO, MIN_TOP_UP_NANO } from '#core/accounting.ts';
-import { type Dimension, quotaProblem } from '#core/limits.ts';
+import { DIMENSIONS, type Dimension, type QuotaChange, quotaProblem } from '#core/limits.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
-import { planSettlement, type SettlementRecord } from '#core/settlement.ts';
+import { planSettlement } from '#core/settlement.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readStackFile } from '#local/stack-file.ts';
+import { type CommandSpec, checkCommandLine } from './admin/command-line.ts';
 import { REGISTRY_GROUPS, REGISTRY_USAGE, runRegistryCommand } from './admin/registry-commands.ts';
+import { replayProblem, replaySettlements } from './admin/settlement-replay.ts';
 import { UsageError } from './admin/usage-error.ts';
 
 const USAGE = `usage: npm run admin -- <command>
   accounts create [--id ID] [--name NAME]
   accounts show ACCOUNT_ID
-  accounts quota ACCOUNT_ID [--rpm N] [--rpd N] [--tpm N] [--tpd N] | --clear
+  accounts quota ACCOUNT_ID [--rpm N|tier] [--rpd N|tier] [--tpm N|tier] [--tpd N|tier] | --clear
+                    each limit given is set (tier: back to the tier's), the others stay; --clear: all the tier's
   keys create ACCOUNT_ID [--name NAME]
   keys list ACCOUNT_ID
   keys revoke ACCOUNT_ID KEY_PREFIX
@@ -77,8 +83,12 @@ const target = (env: NodeJS.ProcessEnv): Target => {
   );
 };
 
-/** A quota as an operator types it: decimal digits only (not `1e6`, `0x10` or `1_000`), then what buckets hold. */
-const quotaValue = (value: string, name: Dimension): number => {
+/**
+ * A quota as an operator types it: decimal digits only (not `1e6`, `0x10` or `1_000`), then what buckets hold; or
+ * `tier` (null), which gives the dimension back to the tier's limit.
+ */
+const quotaValue = (value: string, name: Dimension): number | null => {
+  if (value === 'tier') return null;
   const n = /^[0-9]{1,16}$/.test(value) ? Number(value) : Number.NaN;
   const problem = quotaProblem(name, n);
   if (problem) throw new UsageError(`--${problem}`);
@@ -87,17 +97,17 @@ const quotaValue = (value: string, name: Dimension): number => {
 
 const usd = (nano: number) => (nano / NANO_PER_USD).toFixed(9);
 
-/** How many positional arguments each command takes: one more is a mistake, never silently ignored. */
-const ARITY: Readonly<Record<string, number>> = {
-  'accounts create': 0,
-  'accounts show': 1,
-  'accounts quota': 1,
-  'wallet topup': 2,
-  'wallet show': 1,
-  'settlements replay': 1,
-  'keys create': 1,
-  'keys list': 1,
-  'keys revoke': 2,
+/** What each command takes: an argument more or a flag it does not read is a mistake, never silently ignored. */
+const COMMANDS: Readonly<Record<string, CommandSpec>> = {
+  'accounts create': { args: 0, flags: ['id', 'name'] },
+  'accounts show': { args: 1 },
+  'accounts quota': { args: 1, flags: [...DIMENSIONS, 'clear'] },
+  'wallet topup': { args: 2, flags: ['reference'] },
+  'wallet show': { args: 1 },
+  'settlements replay': { args: 1 },
+  'keys create': { args: 1, flags: ['name'] },
+  'keys list': { args: 1 },
+  'keys revoke': { args: 2 },
 };
 
 /** `help` only as the command; the flags anywhere (`keys create --help`). */
@@ -125,6 +135,20 @@ export class HelpRequest extends Error {
   override name = 'HelpRequest';
 }
 
+/**
+ * Thrown when a command did part of what it was asked: `output` (what it did) goes to stdout as on success, the
+ * message (what it did not do) to stderr, and the exit status is 1 — so a script sees the failure and can still
+ * read the summary.
+ */
+export class IncompleteRun extends Error {
+  override name = 'IncompleteRun';
+  readonly output: string;
+  constructor(output: string, message: string) {
+    super(message);
+    this.output = output;
+  }
+}
+
 export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<string> => {
   // Help and a wrong command line are answered before looking for a stack or tables: neither needs one.
   if (wantsHelp(argv)) throw new HelpRequest(USAGE);
@@ -137,9 +161,8 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
     throw new UsageError(`${error instanceof Error ? error.message : String(error)}\n${USAGE}`);
   }
   const { positionals, values } = parsed;
-  const [group, command, ...args] = positionals;
-  if (ARITY[`${group} ${command}`] === undefined)
-    throw new UsageError(`unknown command "${positionals.join(' ')}"\n${USAGE}`);
+  const name = checkCommandLine(COMMANDS, positionals, values, USAGE);
+  const args = positionals.slice(2);
   const { client: clientConfig, tables: names } = target(env);
   const client = new DynamoDBClient(clientConfig);
   const accounts = new DynamoAccounts(client, names.accounts);
@@ -159,11 +182,8 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
     if (!account) throw new UsageError(`no account ${id}`);
     return account;
   };
-  const arity = ARITY[`${group} ${command}`];
-  if (arity !== undefined && args.length > arity)
-    throw new UsageError(`unexpected argument "${args[arity]}"\n${USAGE}`);
   try {
-    switch (`${group} ${command}`) {
+    switch (name) {
       case 'accounts create': {
         const account = await accounts
           .createAccount({
@@ -181,17 +201,17 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         return JSON.stringify(await existing(0), null, 2);
       case 'accounts quota': {
         const { id } = await existing(0);
-        const quota = {
-          ...(values.rpm !== undefined ? { rpm: quotaValue(values.rpm, 'rpm') } : {}),
-          ...(values.rpd !== undefined ? { rpd: quotaValue(values.rpd, 'rpd') } : {}),
-          ...(values.tpm !== undefined ? { tpm: quotaValue(values.tpm, 'tpm') } : {}),
-          ...(values.tpd !== undefined ? { tpd: quotaValue(values.tpd, 'tpd') } : {}),
-        };
-        if (values.clear && Object.keys(quota).length > 0)
-          throw new UsageError('give either --clear or limits, not both');
-        if (!values.clear && Object.keys(quota).length === 0)
+        const change: QuotaChange = {};
+        for (const d of DIMENSIONS) {
+          const given = values[d];
+          if (given !== undefined) change[d] = quotaValue(given, d);
+        }
+        const changes = Object.keys(change).length;
+        if (values.clear && changes > 0) throw new UsageError('give either --clear or limits, not both');
+        if (!values.clear && changes === 0)
           throw new UsageError(`give --rpm/--rpd/--tpm/--tpd or --clear\n${USAGE}`);
-        await accounting.setQuota(id, values.clear ? null : quota, Date.now());
+        // Merged into the quota as the store has it, not replacing it: the limits not given keep their values.
+        await accounting.setQuota(id, values.clear ? null : change, Date.now());
         return JSON.stringify(await accounts.getAccount(id), null, 2);
       }
       case 'wallet topup': {
@@ -249,19 +269,15 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
         } catch {
           throw new UsageError(`cannot read ${file}`);
         }
-        const summary = { settled: 0, duplicates: 0, invalid: 0, failed: [] as string[] };
-        for (const record of replayableRecords(text, summary)) {
-          try {
-            // Now, not the call's end: a refund is bounded by what is still ahead in the buckets when it lands.
-            const outcome = await accounting.settle(planSettlement(record, Date.now()));
-            if (outcome === 'duplicate') summary.duplicates++;
-            else summary.settled++;
-          } catch (error) {
-            summary.failed.push(`${record.id}: ${error instanceof Error ? error.message : String(error)}`);
-          }
-        }
-        if (summary.failed.length > 0) throw new Error(JSON.stringify(summary, null, 2));
-        return JSON.stringify(summary, null, 2);
+        const summary = await replaySettlements(text, {
+          accountExists: async (accountId) => (await accounts.getAccount(accountId)) !== null,
+          // Now, not the call's end: a refund is bounded by what is still ahead in the buckets when it lands.
+          settle: (record) => accounting.settle(planSettlement(record, Date.now())),
+        });
+        const output = JSON.stringify(summary, null, 2);
+        const problem = replayProblem(summary);
+        if (problem) throw new IncompleteRun(output, problem);
+        return output;
       }
       case 'keys create': {
         const { key, info } = await accounts.createKey(
@@ -275,7 +291,11 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       case 'keys revoke': {
         const revoked = await accounts.revokeKey((await existing(0)).id, need(1, 'KEY_PREFIX'));
         if (revoked === 0) throw new UsageError(`no active key with prefix ${args[1]} on account ${args[0]}`);
-        return `revoked ${revoked} key(s); the gateway refuses them once its key cache entry is older than KEY_CACHE_TTL_MS (default 5 s)`;
+        // The gateway caches key lookups per instance for its stage's KEY_CACHE_TTL_MS, which this CLI cannot read.
+        return (
+          `revoked ${revoked} key(s). The gateway may still accept them until its cached lookup expires, for up to ` +
+          "the stage's KEY_CACHE_TTL_MS (default 5 s), and streams already admitted run to completion."
+        );
       }
       default:
         throw new UsageError(USAGE);
@@ -283,30 +303,6 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
   } finally {
     client.destroy();
   }
-};
-
-/**
- * The settlement records in a replay file, one JSON value per line: the gateway's "settlement record not sent" log
- * line (its `record`), a record, or a queue message body (a record or an array of them). Lines that are none of
- * these are counted as invalid. Replaying is safe however often it is done: a record settles once (its id).
- */
-const replayableRecords = (text: string, summary: { invalid: number }): SettlementRecord[] => {
-  const records: SettlementRecord[] = [];
-  for (const line of text.split('\n')) {
-    if (line.trim() === '') continue;
-    let value: unknown;
-    try {
-      value = JSON.parse(line);
-    } catch {
-      summary.invalid++;
-      continue;
-    }
-    const logged = (value as { record?: unknown } | null)?.record;
-    const parsed = settlementRecordsOf(logged ?? value);
-    records.push(...parsed.records);
-    summary.invalid += parsed.invalid;
-  }
-  return records;
 };
 
 if (import.meta.main) {
@@ -317,6 +313,7 @@ if (import.meta.main) {
       console.log(error.message);
       process.exit(0);
     }
+    if (error instanceof IncompleteRun) console.log(error.output);
     console.error(error instanceof UsageError || error instanceof Error ? error.message : String(error));
     process.exit(error instanceof UsageError ? 2 : 1);
   }

@@ -23,6 +23,7 @@ import type { Deployment, Model, Rates } from '#core/registry.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readStackFile } from '#local/stack-file.ts';
+import { type CommandSpec, checkCommandLine } from './command-line.ts';
 import { UsageError } from './usage-error.ts';
 
 export const REGISTRY_GROUPS: ReadonlySet<string> = new Set(['registry', 'models', 'deployments']);
@@ -40,6 +41,23 @@ export const REGISTRY_USAGE = `  registry check FILE
   deployments add --json '{…}' | --file FILE
   deployments update DEPLOYMENT_ID --json '{partial}' | --file FILE
   deployments retire DEPLOYMENT_ID`;
+
+/** What each command takes: an argument more or a flag it does not read is a mistake, never silently ignored. */
+const COMMANDS: Readonly<Record<string, CommandSpec>> = {
+  'registry check': { args: 1 },
+  'registry load': { args: 1, flags: ['replace'] },
+  'registry export': { args: 0 },
+  'models list': { args: 0, flags: ['all'] },
+  'models show': { args: 1 },
+  'models add': { args: 0, flags: ['json', 'file'] },
+  'models update': { args: 1, flags: ['json', 'file'] },
+  'models retire': { args: 1 },
+  'deployments list': { args: 0, flags: ['model', 'all'] },
+  'deployments show': { args: 1 },
+  'deployments add': { args: 0, flags: ['json', 'file'] },
+  'deployments update': { args: 1, flags: ['json', 'file'] },
+  'deployments retire': { args: 1 },
+};
 
 /** How long the gateway may serve the old registry: its snapshot's refresh period (REGISTRY_REFRESH_MS). */
 const VISIBILITY_NOTE = 'the gateway serves it within REGISTRY_REFRESH_MS (default 15 s)';
@@ -102,7 +120,9 @@ export const runRegistryCommand = async (
     throw new UsageError(`${error instanceof Error ? error.message : String(error)}\n${usage()}`);
   }
   const { positionals, values } = parsed;
-  const [group, command, ...args] = positionals;
+  // Before anything is read: a wrong command line needs no registry.
+  const name = checkCommandLine(COMMANDS, positionals, values, usage());
+  const args = positionals.slice(2);
   const need = (i: number, what: string): string => {
     const value = args[i];
     if (!value) throw new UsageError(`missing ${what}\n${usage()}`);
@@ -110,7 +130,7 @@ export const runRegistryCommand = async (
   };
 
   // Checking a file needs no registry at all.
-  if (group === 'registry' && command === 'check') {
+  if (name === 'registry check') {
     const file = need(0, 'FILE');
     const text = readText(file);
     const placeholder = usesSimulator(safeJson(text));
@@ -133,7 +153,7 @@ export const runRegistryCommand = async (
     return contents;
   };
   try {
-    switch (`${group} ${command}`) {
+    switch (name) {
       case 'registry load': {
         const file = need(0, 'FILE');
         const parsedFile = parseRegistryFileText(readText(file), {

@@ -22,11 +22,13 @@ import {
 import {
   type BucketState,
   DIMENSIONS,
-  type Dimension,
   type Limits,
   limitsFor,
+  mergeQuota,
+  type QuotaChange,
   quotaProblem,
   rescaleBuckets,
+  sameQuota,
   type Tier,
 } from '#core/limits.ts';
 import { profileOf } from './dynamo-accounts.ts';
@@ -40,7 +42,7 @@ import { profileOf } from './dynamo-accounts.ts';
  *   sweeper find expired holds without a scan.
  * - `acct#<id>` / `ledger#<at>#<id>`: a money movement (`credit`, `debit`, `arrears`); their sum is the balance.
  * - `settled#<settlementId>` / `settled`: makes a settlement that moved no money idempotent (a paid one's
- *   ledger entry does that); expires after the queue's retention.
+ *   ledger entry does that); expires MARKER_TTL_SECONDS after the settling.
  * - `topup#<reference>` / `topup`: makes a top-up idempotent by its payment reference; kept forever.
  * Buckets table: `acct#<id>` / `limits` with one TAT (µs) per dimension. Usage table: aggregate counters
  * (`agg#<day>` / `<subject>#<shard>`) and faults (`faults#<day>` / `<at>#<requestId>`), both expiring.
@@ -54,16 +56,23 @@ export interface AccountingTables {
 
 const HOLD_SHARDS = 8;
 const AGGREGATE_SHARDS = 8;
-/** Settlement markers must outlive any redelivery: the queue keeps messages 4 days. */
-const MARKER_TTL_SECONDS = 14 * 86_400;
 /** The usage report covers 30 days; a margin keeps the last day complete. */
 const USAGE_TTL_SECONDS = 40 * 86_400;
+/**
+ * Settlement markers must outlive any redelivery (the queue keeps messages 4 days) and any replay the usage aggregates
+ * could still count (admin `settlements replay` of an old log, a late DLQ redrive). Counted from the settling, they
+ * outlast the aggregates' 40 days from the call's arrival by two days: a call's minute row can be on the day after its
+ * arrival, and an aggregate item's TTL is set by whichever call of its day created it.
+ */
+const MARKER_TTL_SECONDS = USAGE_TTL_SECONDS + 2 * 86_400;
 /**
  * Attempts of one settlement's transaction. Each retry answers what the last one found — a conflict, the hold
  * already swept, the limits' generation changed, the wallet owing, up to three shortfalls — so a settlement meeting
  * all of them at once still commits here rather than waiting for the queue's redelivery.
  */
 const SETTLE_ATTEMPTS = 8;
+/** Attempts of a settlement's usage counters written apart from its money (#countApart). */
+const COUNT_APART_ATTEMPTS = 5;
 /** Attempts of one expired hold's release in a sweep: each answers a debt that moved, or a conflict. */
 const SWEEP_ATTEMPTS = 4;
 
@@ -159,6 +168,12 @@ const ledgerOf = (plan: SettlementPlan): CollectionEntry => ({
 });
 
 const failed = (reason: CancellationReason | undefined) => reason?.Code === 'ConditionalCheckFailed';
+/** Whether every item a cancelled transaction names as contended (a conflict, throttling) has `role`. */
+const contendedOnly = <R extends string>(
+  reasons: readonly CancellationReason[],
+  roles: readonly R[],
+  role: R,
+) => reasons.every((r, i) => r.Code === undefined || r.Code === 'None' || roles[i] === role);
 const conflicted = (reasons: readonly CancellationReason[]) =>
   reasons.some(
     (r) =>
@@ -319,22 +334,23 @@ export class DynamoAccounting implements AccountingStore {
     // What the account was seen owing when this settlement frees money (its hold less its cost): what it frees
     // then pays that debt in the same transaction, before any new call could spend it.
     let owedSeen = 0;
+    // Whether this attempt carries the usage counters, and how often they alone were contended.
+    let counted = true;
+    let countersContended = 0;
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
       const released = holdPresent && plan.hold ? plan.hold.amount : 0;
       const { charge, owed } =
         seenAvailable === null
           ? { charge: plan.cost, owed: 0 }
           : splitCharge(plan.cost, released, seenAvailable);
-      const roles: ('marker' | 'hold' | 'wallet' | 'tokens' | 'other')[] = [];
+      const roles: ('marker' | 'hold' | 'wallet' | 'tokens' | 'counters' | 'other')[] = [];
       const items: TransactWriteItem[] = [];
       const add = (role: (typeof roles)[number], item: TransactWriteItem) => {
         roles.push(role);
         items.push(item);
       };
-      const nowSeconds = Math.floor(plan.receivedAt / 1000);
-
       // Idempotency: a paid call's ledger entry (its key derives from the record) is the marker; a call that
-      // moved no money gets a marker of its own, which expires after the queue's retention.
+      // moved no money gets a marker of its own, which outlives the queue's retention and the usage aggregates.
       const paid = plan.accountId !== null && plan.cost > 0;
       if (!paid) {
         add('marker', {
@@ -343,7 +359,8 @@ export class DynamoAccounting implements AccountingStore {
             Item: {
               pk: S(`settled#${plan.settlementId}`),
               sk: S('settled'),
-              ttl: N(nowSeconds + MARKER_TTL_SECONDS),
+              // From the wall clock at settling, not the call's arrival: a late replay's marker is not born expired.
+              ttl: N(Math.floor(Date.now() / 1000) + MARKER_TTL_SECONDS),
             },
             ConditionExpression: 'attribute_not_exists(pk)',
           },
@@ -432,44 +449,9 @@ export class DynamoAccounting implements AccountingStore {
           });
         }
       }
-      for (const increment of plan.aggregates) {
-        const names: Record<string, string> = { '#ttl': 'ttl' };
-        const values: Record<string, AttributeValue> = { ':ttl': N(nowSeconds + USAGE_TTL_SECONDS) };
-        const adds = Object.entries(increment.counters).map(([counter, value], i) => {
-          names[`#c${i}`] = counter;
-          values[`:c${i}`] = N(value);
-          return `#c${i} :c${i}`;
-        });
-        add('other', {
-          Update: {
-            TableName: this.#tables.usage,
-            // Sharded so a popular model's counters are not one hot item contended by every settlement.
-            Key: {
-              pk: S(`agg#${increment.day}`),
-              sk: S(`${increment.subject}#${shardOf(plan.settlementId, AGGREGATE_SHARDS)}`),
-            },
-            UpdateExpression: `ADD ${adds.join(', ')} SET #ttl = if_not_exists(#ttl, :ttl)`,
-            ExpressionAttributeNames: names,
-            ExpressionAttributeValues: values,
-          },
-        });
-      }
-      if (plan.fault) {
-        add('other', {
-          Put: {
-            TableName: this.#tables.usage,
-            Item: {
-              pk: S(`faults#${plan.fault.day}`),
-              sk: S(`${String(plan.fault.at).padStart(13, '0')}#${plan.fault.requestId}`),
-              at: N(plan.fault.at),
-              group: S(plan.fault.group),
-              status: N(plan.fault.status),
-              detail: S(plan.fault.detail.slice(0, 500)),
-              ttl: N(nowSeconds + USAGE_TTL_SECONDS),
-            },
-          },
-        });
-      }
+      // The usage counters and the fault ride in the money's transaction — one write, counted exactly once — unless
+      // they are what keeps it from committing (below).
+      if (counted) for (const item of this.#usageWrites(plan)) add('counters', item);
 
       try {
         await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
@@ -478,6 +460,7 @@ export class DynamoAccounting implements AccountingStore {
         // (A debt the freed money paid was paid inside the transaction: collecting it after the commit lost the race
         // to the very admissions it was meant to beat.)
         if (owed > 0 && plan.accountId) await this.#collectOwedOrWarn(plan.accountId, ledgerOf(plan));
+        if (!counted) await this.#countApart(plan);
         return 'settled';
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
@@ -485,6 +468,11 @@ export class DynamoAccounting implements AccountingStore {
         const reasonOf = (role: (typeof roles)[number]) => reasons[roles.indexOf(role)];
         if (failed(reasonOf('marker'))) return 'duplicate';
         if (conflicted(reasons)) {
+          // The counters are the hottest items there are (every settlement of a minute shares its shards; an outage
+          // puts every fault in one day's partition): contention on them alone must not keep money from settling,
+          // nor send the record to the dead-letter queue. From the second such miss the money settles alone.
+          if (counted && contendedOnly(reasons, roles, 'counters') && ++countersContended >= 2)
+            counted = false;
           await this.#sleep(Math.random() * 10 * 2 ** attempt);
           continue;
         }
@@ -518,6 +506,88 @@ export class DynamoAccounting implements AccountingStore {
       }
     }
     throw new Error(`settlement ${plan.settlementId} did not commit after ${SETTLE_ATTEMPTS} attempts`);
+  }
+
+  /** The usage counters' increments and the fault's record of one settlement, as writes to the usage table. */
+  #usageWrites(plan: SettlementPlan): TransactWriteItem[] {
+    const writes: TransactWriteItem[] = [];
+    const expires = N(Math.floor(plan.receivedAt / 1000) + USAGE_TTL_SECONDS);
+    for (const increment of plan.aggregates) {
+      const names: Record<string, string> = { '#ttl': 'ttl' };
+      const values: Record<string, AttributeValue> = { ':ttl': expires };
+      const adds = Object.entries(increment.counters).map(([counter, value], i) => {
+        names[`#c${i}`] = counter;
+        values[`:c${i}`] = N(value);
+        return `#c${i} :c${i}`;
+      });
+      writes.push({
+        Update: {
+          TableName: this.#tables.usage,
+          // Sharded so a popular model's counters are not one hot item contended by every settlement.
+          Key: {
+            pk: S(`agg#${increment.day}`),
+            sk: S(`${increment.subject}#${shardOf(plan.settlementId, AGGREGATE_SHARDS)}`),
+          },
+          UpdateExpression: `ADD ${adds.join(', ')} SET #ttl = if_not_exists(#ttl, :ttl)`,
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: values,
+        },
+      });
+    }
+    if (plan.fault) {
+      writes.push({
+        Put: {
+          TableName: this.#tables.usage,
+          Item: {
+            pk: S(`faults#${plan.fault.day}`),
+            sk: S(`${String(plan.fault.at).padStart(13, '0')}#${plan.fault.requestId}`),
+            at: N(plan.fault.at),
+            group: S(plan.fault.group),
+            status: N(plan.fault.status),
+            detail: S(plan.fault.detail.slice(0, 500)),
+            ttl: expires,
+          },
+        },
+      });
+    }
+
+    return writes;
+  }
+
+  /**
+   * The usage counters of a settlement whose money settled without them (they were contended), in a transaction
+   * of their own with a marker of their own, so a retry counts them once. Best effort: the money stands whatever
+   * happens here, and what cannot be counted is told — the report then undercounts that one call.
+   */
+  async #countApart(plan: SettlementPlan): Promise<void> {
+    const writes = this.#usageWrites(plan);
+    if (writes.length === 0) return;
+    const marker: TransactWriteItem = {
+      Put: {
+        TableName: this.#tables.wallet,
+        Item: {
+          pk: S(`counted#${plan.settlementId}`),
+          sk: S('counted'),
+          ttl: N(Math.floor(Date.now() / 1000) + MARKER_TTL_SECONDS),
+        },
+        ConditionExpression: 'attribute_not_exists(pk)',
+      },
+    };
+    for (let attempt = 1; attempt <= COUNT_APART_ATTEMPTS; attempt++) {
+      try {
+        await this.#client.send(new TransactWriteItemsCommand({ TransactItems: [marker, ...writes] }));
+        return;
+      } catch (error) {
+        const reasons =
+          error instanceof TransactionCanceledException ? (error.CancellationReasons ?? []) : [];
+        if (failed(reasons[0])) return;
+        if (!conflicted(reasons) || attempt === COUNT_APART_ATTEMPTS) {
+          this.#warn('usage not counted; the settlement stands', { settlementId: plan.settlementId, error });
+          return;
+        }
+        await this.#sleep(Math.random() * 10 * 2 ** (attempt + 2));
+      }
+    }
   }
 
   /**
@@ -767,7 +837,7 @@ export class DynamoAccounting implements AccountingStore {
   async #limitsChange(
     accountId: string,
     nowUs: number,
-    next: (current: { tier: Tier; quota: Partial<Limits> | null }) => {
+    next: (current: { tier: Tier; quota: Partial<Limits> | null; limitsGen: number }) => {
       tier: Tier;
       quota: Partial<Limits> | null;
     } | null,
@@ -839,51 +909,67 @@ export class DynamoAccounting implements AccountingStore {
   }
 
   /**
-   * Sets (or, with null, clears) a volume account's custom quota, which replaces its tier's limits dimension by
-   * dimension, carrying what it spent into the new limits.
+   * Changes a volume account's custom quota, which replaces its tier's limits dimension by dimension: the
+   * dimensions `change` names take its values (null: the tier's again), the others keep theirs (mergeQuota); a null
+   * `change` clears the whole quota. What the account spent carries into the new limits. Returns the quota now set.
+   *
+   * The merge reads, then writes on condition that the profile's generation is still the one read: a change that
+   * commits in between (another operator's, the first top-up's) is read and merged into, never overwritten.
    */
-  async setQuota(accountId: string, quota: Partial<Limits> | null, atMs: number): Promise<void> {
-    const entries = Object.entries(quota ?? {}).filter(([, v]) => v !== undefined);
-    for (const [d, v] of entries) {
-      const problem = quotaProblem(d as Dimension, v as number);
-      if (problem) throw new QuotaError(problem);
-    }
-    const wanted = entries.length === 0 ? null : (Object.fromEntries(entries) as Partial<Limits>);
+  async setQuota(
+    accountId: string,
+    change: QuotaChange | null,
+    atMs: number,
+  ): Promise<Partial<Limits> | null> {
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
-      const change = await this.#limitsChange(accountId, atMs * 1000, (current) => ({
-        tier: current.tier,
-        quota: wanted,
-      }));
-      if (!change.exists) throw new Error(`No account ${accountId}`);
+      // What the callback planned from the profile it read (an object: TypeScript does not see a closure assign).
+      const planned: { gen: number; quota: Partial<Limits> | null } = { gen: 0, quota: null };
+      const limits = await this.#limitsChange(accountId, atMs * 1000, (current) => {
+        const quota = change === null ? null : mergeQuota(current.quota, change);
+        // The merged quota, not only the values given, is what the buckets must enforce as written.
+        for (const d of DIMENSIONS) {
+          const value = quota?.[d];
+          const problem = value === undefined ? null : quotaProblem(d, value);
+          if (problem) throw new QuotaError(problem);
+        }
+        planned.gen = current.limitsGen;
+        planned.quota = quota;
+        return sameQuota(current.quota, quota) ? null : { tier: current.tier, quota };
+      });
+      if (!limits.exists) throw new Error(`No account ${accountId}`);
+      // No change: no new generation either, which would send every instance's admissions back to the profile.
+      if (!limits.buckets) return planned.quota;
+      const { quota } = planned;
+      const values: Record<string, AttributeValue> = { ':gen': N(limits.gen) };
+      if (quota) {
+        values[':quota'] = {
+          M: Object.fromEntries(
+            DIMENSIONS.flatMap((d) => (quota[d] === undefined ? [] : [[d, N(quota[d])]])),
+          ),
+        };
+      }
       const items: TransactWriteItem[] = [
         {
           Update: {
             TableName: this.#tables.accounts,
             Key: { pk: S(accountKey(accountId)), sk: S('profile') },
-            ...(wanted === null
-              ? {
-                  UpdateExpression: `SET ${LIMITS_GEN} = :gen REMOVE quota`,
-                  ExpressionAttributeValues: { ':gen': N(change.gen) },
-                }
-              : {
-                  UpdateExpression: `SET quota = :quota, ${LIMITS_GEN} = :gen`,
-                  ExpressionAttributeValues: {
-                    ':quota': { M: Object.fromEntries(entries.map(([d, v]) => [d, N(v as number)])) },
-                    ':gen': N(change.gen),
-                  },
-                }),
-            ConditionExpression: 'attribute_exists(pk)',
+            UpdateExpression: quota ? 'SET quota = :quota, #gen = :gen' : 'SET #gen = :gen REMOVE quota',
+            ConditionExpression: `attribute_exists(pk) AND ${sameGeneration(planned.gen, values, ':seenGen')}`,
+            ExpressionAttributeNames: { '#gen': LIMITS_GEN },
+            ExpressionAttributeValues: values,
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
           },
         },
-        ...(change.buckets ? [change.buckets] : []),
+        limits.buckets,
       ];
       try {
         await this.#client.send(new TransactWriteItemsCommand({ TransactItems: items }));
-        return;
+        return quota;
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
-        const reasons = error.CancellationReasons ?? [];
-        if (failed(reasons[0])) throw new Error(`No account ${accountId}`);
+        const [profile] = error.CancellationReasons ?? [];
+        if (failed(profile) && !profile?.Item) throw new Error(`No account ${accountId}`);
+        // The profile or the buckets changed since they were read: read them again and merge into what is there.
         await this.#sleep(Math.random() * 10 * 2 ** attempt);
       }
     }
@@ -896,7 +982,19 @@ export class DynamoAccounting implements AccountingStore {
    */
   async topUp(input: { accountId: string; amount: number; reference: string; at: number }): Promise<boolean> {
     for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
-      const before = await this.wallet(input.accountId);
+      const [{ Item: marker }, before] = await Promise.all([
+        this.#client.send(
+          new GetItemCommand({
+            TableName: this.#tables.wallet,
+            Key: { pk: S(`topup#${input.reference}`), sk: S('topup') },
+            ConsistentRead: true,
+          }),
+        ),
+        this.wallet(input.accountId),
+      ]);
+      // A payment already credited is answered as such before its amount is checked against the wallet: the retry
+      // of a top-up that filled the wallet to its ceiling must read "already credited", not "no room".
+      if (marker && this.#creditedBefore(marker, input)) return false;
       const { collected, credited } = applyTopUp(input.amount, before.owed, before.balance);
       const account = accountKey(input.accountId);
       // The first top-up makes the account trusted: what it spent carries into the trusted limits.
@@ -992,15 +1090,8 @@ export class DynamoAccounting implements AccountingStore {
       } catch (error) {
         if (!(error instanceof TransactionCanceledException)) throw error;
         const reasons = error.CancellationReasons ?? [];
-        if (failed(reasons[0])) {
-          // The same payment again: nothing to do. The same reference for another account or amount is another
-          // payment under a reused reference, which must not pass silently as "already credited".
-          const seen = reasons[0]?.Item;
-          if (seen?.accountId?.S !== input.accountId || Number(seen?.amount?.N) !== input.amount) {
-            throw new TopUpReferenceError(input.reference);
-          }
-          return false;
-        }
+        // Credited since the marker was read (a concurrent retry of the same payment), or the reference reused.
+        if (failed(reasons[0]) && this.#creditedBefore(reasons[0]?.Item ?? {}, input)) return false;
         if (failed(reasons[3])) throw new Error(`No account ${input.accountId}`);
         // An admission moved the buckets since they were read for the upgrade: read them again.
         if (conflicted(reasons) || failed(reasons[1]) || (upgradeAt >= 0 && failed(reasons[upgradeAt]))) {
@@ -1011,6 +1102,20 @@ export class DynamoAccounting implements AccountingStore {
       }
     }
     throw new Error(`top-up ${input.reference} did not commit after ${SETTLE_ATTEMPTS} attempts`);
+  }
+
+  /**
+   * Whether a top-up's payment reference marker (`topup#<reference>`) records this very payment: then it was
+   * credited already and there is nothing to do. The same reference for another account or amount is another
+   * payment under a reused reference, which must not pass silently as "already credited": TopUpReferenceError.
+   */
+  #creditedBefore(
+    marker: Record<string, AttributeValue>,
+    input: { accountId: string; amount: number; reference: string },
+  ): true {
+    if (marker.accountId?.S !== input.accountId || Number(marker.amount?.N) !== input.amount)
+      throw new TopUpReferenceError(input.reference);
+    return true;
   }
 
   async wallet(accountId: string): Promise<WalletState> {

@@ -220,7 +220,7 @@ export class DynamoAccounts implements AccountDirectory {
   }
 
   /**
-   * Revokes the account's keys with this public prefix. Returns how many were revoked (0 when none
+   * Revokes the account's keys with this public prefix. Returns how many this call revoked (0 when none
    * matched or they were already revoked). Takes effect within the gateway's key cache TTL.
    */
   async revokeKey(accountId: string, prefix: string): Promise<number> {
@@ -235,16 +235,23 @@ export class DynamoAccounts implements AccountDirectory {
     let revoked = 0;
     for (const item of page.Items ?? []) {
       if (item.revokedAt || !item.pk || !item.sk) continue;
-      await this.#client.send(
-        new UpdateItemCommand({
-          TableName: this.#table,
-          Key: { pk: item.pk, sk: item.sk },
-          UpdateExpression: 'SET revokedAt = :now',
-          ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(revokedAt)',
-          ExpressionAttributeValues: { ':now': { S: new Date().toISOString() } },
-        }),
-      );
-      revoked++;
+      try {
+        await this.#client.send(
+          new UpdateItemCommand({
+            TableName: this.#table,
+            Key: { pk: item.pk, sk: item.sk },
+            UpdateExpression: 'SET revokedAt = :now',
+            // The first revocation's time stands: a later one must not move it.
+            ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(revokedAt)',
+            ExpressionAttributeValues: { ':now': { S: new Date().toISOString() } },
+          }),
+        );
+        revoked++;
+      } catch (error) {
+        // Revoked since the listing (another `keys revoke` racing this one): already what was asked. Failing here
+        // would leave the keys after this one unrevoked.
+        if (!(error instanceof ConditionalCheckFailedException)) throw error;
+      }
     }
     return revoked;
   }

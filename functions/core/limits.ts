@@ -34,6 +34,29 @@ export const limitsFor = (tier: Tier, quota?: Partial<Limits> | null): Limits =>
   ...quota,
 });
 
+/**
+ * An operator's change of a custom quota: a number sets its dimension, null gives it back to the tier's limit, and a
+ * dimension not named keeps what it has.
+ */
+export type QuotaChange = Partial<Record<Dimension, number | null>>;
+
+/**
+ * The custom quota a change makes of the current one. Merged, not replaced: raising one limit must not drop the
+ * others an operator set before. Null when nothing custom is left (the tier's limits, as with no quota at all).
+ */
+export const mergeQuota = (current: Partial<Limits> | null, change: QuotaChange): Partial<Limits> | null => {
+  const merged: Partial<Record<Dimension, number>> = {};
+  for (const d of DIMENSIONS) {
+    const value = change[d] === undefined ? current?.[d] : change[d];
+    if (value !== undefined && value !== null) merged[d] = value;
+  }
+  return Object.keys(merged).length === 0 ? null : merged;
+};
+
+/** Whether two custom quotas set the same limits (null and an empty one alike: the tier's). */
+export const sameQuota = (a: Partial<Limits> | null, b: Partial<Limits> | null): boolean =>
+  DIMENSIONS.every((d) => a?.[d] === b?.[d]);
+
 /** Microseconds of bucket per unit; rounded up so rounding never lets the sustained rate exceed the limit. */
 export const emissionUs = (dimension: Dimension, limit: number): number =>
   Math.ceil(PERIOD_US[dimension] / limit);

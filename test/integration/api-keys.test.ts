@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { DeleteItemCommand, DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { adminCli, startTestStack, type TestStack } from '#test/stack.ts';
 
@@ -107,6 +108,50 @@ describe('API keys through the admin CLI', () => {
     });
   });
 
+  it('changes only the quota limits given: the others keep their custom values, `tier` gives one back', async () => {
+    const id = (JSON.parse(await admin('accounts', 'create', '--name', 'Volume')) as { id: string }).id;
+    const quota = async (...args: string[]) =>
+      (JSON.parse(await admin('accounts', 'quota', id, ...args)) as { quota: unknown }).quota;
+    expect(await quota('--rpm', '5000', '--tpm', '10000000')).toEqual({ rpm: 5000, tpm: 10_000_000 });
+    // Raising the day's tokens alone keeps the minute's custom limits.
+    expect(await quota('--tpd', '4800000000')).toEqual({ rpm: 5000, tpm: 10_000_000, tpd: 4_800_000_000 });
+    expect(await quota('--rpm', 'tier')).toEqual({ tpm: 10_000_000, tpd: 4_800_000_000 });
+    // Nothing custom left is no custom quota.
+    expect(await quota('--tpm', 'tier', '--tpd', 'tier')).toBeNull();
+    expect(await quota('--rpd', '2000000')).toEqual({ rpd: 2_000_000 });
+    expect(await quota('--clear')).toBeNull();
+    for (const [args, message] of [
+      [['--rpm', 'tiers'], 'rpm must be a whole number'],
+      [['--rpm', 'tier', '--clear'], 'either --clear or limits'],
+    ] as const) {
+      await expect(admin('accounts', 'quota', id, ...args)).rejects.toMatchObject({
+        code: 2,
+        stderr: expect.stringContaining(message),
+      });
+    }
+  });
+
+  it('refuses a flag the command does not use, doing nothing', async () => {
+    for (const [args, flag] of [
+      [['keys', 'create', accountId, '--reference', 'pay_1'], '--reference'],
+      [['wallet', 'show', accountId, '--name', 'x'], '--name'],
+      [['wallet', 'topup', accountId, '5', '--reference', 'pay_flag', '--rpm', '5'], '--rpm'],
+      [['accounts', 'quota', accountId, '--rpm', '5000', '--name', 'x'], '--name'],
+    ] as const) {
+      await expect(admin(...args)).rejects.toMatchObject({
+        code: 2,
+        stderr: expect.stringContaining(`"${args[0]} ${args[1]}" takes no ${flag}`),
+      });
+    }
+    expect(JSON.parse(await admin('keys', 'list', accountId))).toHaveLength(1);
+    expect(JSON.parse(await admin('accounts', 'show', accountId))).toMatchObject({ quota: null });
+    expect(
+      (
+        JSON.parse(await admin('wallet', 'show', accountId)) as { ledger: { reference: string }[] }
+      ).ledger.map((e) => e.reference),
+    ).not.toContain('pay_flag');
+  });
+
   it('stores only the SHA-256 of a key, never the key', async () => {
     const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
     const { Items = [] } = await client.send(
@@ -133,6 +178,41 @@ describe('API keys through the admin CLI', () => {
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('invalid_api_key');
     const listed = JSON.parse(await admin('keys', 'list', accountId)) as { revokedAt: string | null }[];
     expect(listed[0]?.revokedAt).not.toBeNull();
+  });
+
+  it("says a revoked key may pass for the stage's key cache lifetime, and streams admitted run on", async () => {
+    const { key: spare } = await t.stack.container.accounts.createKey(accountId, { name: 'spare' });
+    const out = await admin('keys', 'revoke', accountId, spare.slice(0, 17));
+    expect(out).toContain("the stage's KEY_CACHE_TTL_MS (default 5 s)");
+    expect(out).toContain('streams already admitted run to completion');
+  });
+
+  it('counts a key another revoke revoked meanwhile as revoked, not as a failure', async () => {
+    const { id } = await t.stack.container.accounts.createAccount({ id: `acct_race_${Date.now()}` });
+    // Two keys under one public prefix (its first 17 characters): one revoke covers both.
+    const prefix = 'svc_live_Race0000';
+    for (const secret of ['a', 'b'])
+      await t.stack.container.accounts.createKey(id, { key: prefix + secret.repeat(32) });
+    // Another operator's `keys revoke` lands after this one revoked the first key and before it revokes the second.
+    const client = new DynamoDBClient(localClientConfig(t.stack.emulators.dynamodb));
+    let updates = 0;
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'UpdateItemCommand' && ++updates === 2)
+          expect(await t.stack.container.accounts.revokeKey(id, prefix)).toBe(1);
+        return next(args);
+      },
+      { step: 'initialize', name: 'racingRevoke' },
+    );
+    try {
+      expect(await new DynamoAccounts(client, t.stack.resources.tables.accounts).revokeKey(id, prefix)).toBe(
+        1,
+      );
+    } finally {
+      client.destroy();
+    }
+    const listed = await t.stack.container.accounts.listKeys(id);
+    expect(listed.map((k) => k.revokedAt !== null)).toEqual([true, true]);
   });
 
   it('never brings a revoked key back: adding it again (npm start restarting with DEMO_API_KEY) is refused', async () => {

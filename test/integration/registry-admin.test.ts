@@ -353,6 +353,32 @@ describe('the registry through the admin CLI', () => {
       stderr: expect.stringContaining('registry load FILE [--replace]'),
     });
   });
+
+  it('refuses an argument more or a flag the command does not use, changing nothing', async () => {
+    for (const [args, message] of [
+      [['models', 'retire', 'famA-v4.1-flash', 'famB-5.3-flash'], 'unexpected argument "famB-5.3-flash"'],
+      [['deployments', 'retire', 'famA-v4.1-flash@provider-a', 'x'], 'unexpected argument "x"'],
+      [
+        ['models', 'update', 'famA-v4.1-flash', 'x', '--json', '{"rates":{"input":9}}'],
+        'unexpected argument "x"',
+      ],
+      [['registry', 'export', 'out.json'], 'unexpected argument "out.json"'],
+      [['models', 'retire', 'famA-v4.1-flash', '--all'], '"models retire" takes no --all'],
+      [['models', 'list', '--model', 'famA-v4.1-flash'], '"models list" takes no --model'],
+      [['registry', 'load', EXAMPLE, '--all'], '"registry load" takes no --all'],
+    ] as const) {
+      const run = await admin(...args);
+      expect(run, args.join(' ')).toMatchObject({ code: 2, stdout: '' });
+      expect(run.stderr).toContain(message);
+    }
+    expect(JSON.parse(ok(await admin('models', 'show', 'famA-v4.1-flash')))).toMatchObject({
+      status: 'active',
+      rates: { input: 0.25 },
+    });
+    expect(JSON.parse(ok(await admin('deployments', 'show', 'famA-v4.1-flash@provider-a'))).status).toBe(
+      'active',
+    );
+  });
 });
 
 describe('the admin CLI with no stack and no tables', () => {
@@ -388,6 +414,17 @@ describe('the admin CLI with no stack and no tables', () => {
     expect((await bare('accounts', 'delete', 'acct_x')).stderr).toMatch(
       /^unknown command "accounts delete acct_x"/,
     );
+    // An argument more or a flag the command does not use is a wrong command line too, in both CLIs.
+    for (const [args, message] of [
+      [['keys', 'create', 'acct_x', '--reference', 'pay_1'], '"keys create" takes no --reference'],
+      [['keys', 'list', 'acct_x', 'extra'], 'unexpected argument "extra"'],
+      [['models', 'retire', 'famA', 'famB'], 'unexpected argument "famB"'],
+      [['deployments', 'show', 'famA@a', '--replace'], '"deployments show" takes no --replace'],
+    ] as const) {
+      const run = await bare(...args);
+      expect(run, args.join(' ')).toMatchObject({ code: 2, stdout: '' });
+      expect(run.stderr.startsWith(message), run.stderr).toBe(true);
+    }
     // A valid command does need a target, and says how to give it one.
     expect(await bare('accounts', 'show', 'acct_x')).toMatchObject({
       code: 2,

@@ -1,7 +1,13 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DynamoAccounting, TopUpReferenceError } from '#adapters/dynamo-accounting.ts';
-import { BalanceCeilingError, MAX_BALANCE_NANO, TopUpAmountError } from '#core/accounting.ts';
+import { DynamoUsage } from '#adapters/dynamo-usage.ts';
+import {
+  BalanceCeilingError,
+  MAX_BALANCE_NANO,
+  type SettlementPlan,
+  TopUpAmountError,
+} from '#core/accounting.ts';
 import { Admission, type Admitted } from '#core/admission.ts';
 import type { Principal } from '#core/authenticator.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
@@ -278,7 +284,7 @@ describe('retries and races around the top-up and quota writes', () => {
           const read = await next(args);
           await h.accounting
             .setQuota(id, { tpm: 10_000_000 }, h.clock.now())
-            .then(other.resolve, other.reject);
+            .then(() => other.resolve(), other.reject);
           return read;
         }
         if (table === h.resources.tables.buckets && ++bucketReads === 1) await other.promise;
@@ -557,6 +563,72 @@ describe('admission and settlement', () => {
       { kind: 'arrears', amount: usdToNano(0.5) },
     ]);
     expect(check.balanceMatchesLedger && check.availableMatchesHolds && check.nonNegative).toBe(true);
+  });
+
+  /** The usage counters of the days `plan` counts in, by day and subject: what the report reads. */
+  const countersOf = async (plan: SettlementPlan) => {
+    const days = [...new Set(plan.aggregates.map((a) => a.day))];
+    const rows = await new DynamoUsage(h.client, h.resources.tables.usage).rows(days);
+    return new Map(rows.map((r) => [`${r.day} ${r.subject}`, r.counters]));
+  };
+  /** What settling `plan` added to the counters: `before` subtracted from now. */
+  const addedBy = async (plan: SettlementPlan, before: Map<string, Readonly<Record<string, number>>>) => {
+    const after = await countersOf(plan);
+    return plan.aggregates.map((a) => {
+      const key = `${a.day} ${a.subject}`;
+      const was = before.get(key) ?? {};
+      const now = after.get(key) ?? {};
+      return Object.fromEntries(Object.keys(a.counters).map((c) => [c, (now[c] ?? 0) - (was[c] ?? 0)]));
+    });
+  };
+
+  it('settles the money when only its usage counters are contended, and counts them once, apart', async () => {
+    const id = await newAccount(2);
+    await admit(id, `hot-${id}`, usdToNano(1));
+    const plan = planSettlement(settled(id, `hot-${id}`, { cost: usdToNano(0.2), hold: usdToNano(1) }));
+    const before = await countersOf(plan);
+    // The counters' shards are contended on every attempt that carries them, twice: then the money goes alone.
+    let contended = 0;
+    h.injectFaults(() => (contended++ < 2 ? 'counters-conflict' : null));
+    try {
+      expect(await h.accounting.settle(plan)).toBe('settled');
+    } finally {
+      h.injectFaults(() => null);
+    }
+    // Two contended attempts, the money alone, the counters alone.
+    expect(contended).toBe(4);
+    const check = await h.invariants(id);
+    expect(check.report).toMatchObject({ balance: usdToNano(1.8), available: usdToNano(1.8), holds: [] });
+    expect(check.balanceMatchesLedger && check.availableMatchesHolds).toBe(true);
+    expect(await addedBy(plan, before)).toEqual(plan.aggregates.map((a) => a.counters));
+    // A redelivery moves no money and counts nothing again.
+    expect(await h.accounting.settle(plan)).toBe('duplicate');
+    expect(await addedBy(plan, before)).toEqual(plan.aggregates.map((a) => a.counters));
+  });
+
+  it('settles the money and tells when its usage counters cannot be written at all', async () => {
+    const id = await newAccount(2);
+    await admit(id, `hotter-${id}`, usdToNano(1));
+    const plan = planSettlement(settled(id, `hotter-${id}`, { cost: usdToNano(0.2), hold: usdToNano(1) }));
+    const warnings: string[] = [];
+    const settling = new DynamoAccounting(
+      h.client,
+      h.resources.tables,
+      async () => {},
+      (message) => warnings.push(message),
+    );
+    h.injectFaults(() => 'counters-conflict');
+    try {
+      expect(await settling.settle(plan)).toBe('settled');
+    } finally {
+      h.injectFaults(() => null);
+    }
+    expect(warnings).toEqual(['usage not counted; the settlement stands']);
+    expect(await h.accounting.wallet(id)).toEqual({
+      balance: usdToNano(1.8),
+      available: usdToNano(1.8),
+      owed: 0,
+    });
   });
 
   it('frees no more than admission held, whatever hold a settlement record names', async () => {

@@ -18,13 +18,14 @@ import { type Provisioned, provision } from '#local/provision.ts';
 import { manualClock } from './fixtures.ts';
 
 /** Which injected fault, if any, the next TransactWriteItems call gets. */
-export type InjectedFault = 'conflict' | 'throttle' | 'ambiguous' | null;
+export type InjectedFault = 'conflict' | 'counters-conflict' | 'throttle' | 'ambiguous' | null;
 
 /**
  * Core admission and the DynamoDB accounting adapter on a fresh set of tables in the shared DynamoDB Local,
  * with a hand-driven clock and a fault injector on the SDK client. DynamoDB Local never raises transaction
  * conflicts or throttling, so the injector does, through SDK middleware: `conflict` and `throttle` fail a
- * transaction before it is sent; `ambiguous` lets it commit and then fails the call, as a lost response would.
+ * transaction before it is sent (`counters-conflict` names only its writes to the usage table as contended, and
+ * passes a transaction without any); `ambiguous` lets it commit and then fails the call, as a lost response would.
  */
 export const accountingHarness = async (options: { holdTtlMs?: number; prefix?: string } = {}) => {
   const emulators = inject('emulators');
@@ -39,11 +40,15 @@ export const accountingHarness = async (options: { holdTtlMs?: number; prefix?: 
       if (context.commandName !== 'TransactWriteItemsCommand') return next(args);
       const fault = nextFault();
       const items = (args.input as TransactWriteItemsCommandInput).TransactItems ?? [];
-      if (fault === 'conflict') {
+      const onUsage = (item: (typeof items)[number]) =>
+        (item.Update ?? item.Put ?? item.Delete ?? item.ConditionCheck)?.TableName === resources.tables.usage;
+      if (fault === 'conflict' || (fault === 'counters-conflict' && items.some(onUsage))) {
         throw new TransactionCanceledException({
           message: 'Transaction cancelled [TransactionConflict] (injected)',
           $metadata: {},
-          CancellationReasons: items.map(() => ({ Code: 'TransactionConflict' })),
+          CancellationReasons: items.map((item) => ({
+            Code: fault === 'conflict' || onUsage(item) ? 'TransactionConflict' : 'None',
+          })),
         });
       }
       if (fault === 'throttle')

@@ -1,11 +1,15 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { rateLimitHeaders } from '#core/admission.ts';
 import {
   checkDimension,
+  DIMENSIONS,
   emissionUs,
   formatDuration,
   limitsFor,
+  mergeQuota,
   PERIOD_US,
+  quotaProblem,
   rescaleBuckets,
   statusOf,
   TIER_LIMITS,
@@ -77,6 +81,31 @@ describe('limits', () => {
 
   it('let a volume account’s custom quota replace its tier’s, dimension by dimension', () => {
     expect(limitsFor('trusted', { rpm: 10_000 })).toEqual({ ...TIER_LIMITS.trusted, rpm: 10_000 });
+  });
+});
+
+describe('a change of a custom quota', () => {
+  it('sets the dimensions given, gives those set to null back to the tier, and keeps the others', () => {
+    const current = { rpm: 5000, tpm: 10_000_000 };
+    expect(mergeQuota(current, { tpd: 4_800_000_000 })).toEqual({
+      rpm: 5000,
+      tpm: 10_000_000,
+      tpd: 4_800_000_000,
+    });
+    expect(mergeQuota(current, { rpm: null, tpm: 20_000_000 })).toEqual({ tpm: 20_000_000 });
+    expect(mergeQuota(null, { rpd: 2_000_000 })).toEqual({ rpd: 2_000_000 });
+    // Nothing custom left: the tier's limits, as with no quota at all.
+    expect(mergeQuota(current, { rpm: null, tpm: null })).toBeNull();
+    expect(mergeQuota(null, { rpm: null })).toBeNull();
+  });
+
+  it('holds for the example README.md gives operators, value by value', () => {
+    const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
+    const example = readme.split('\n').find((line) => line.startsWith('npm run admin -- accounts quota '));
+    const flags = [...(example?.split('#')[0] ?? '').matchAll(/--(rpm|rpd|tpm|tpd) (\S+)/g)];
+    expect(flags.map(([, dimension]) => dimension)).toEqual(DIMENSIONS);
+    for (const [, dimension, value] of flags)
+      expect(quotaProblem(dimension as (typeof DIMENSIONS)[number], Number(value))).toBeNull();
   });
 });
 
