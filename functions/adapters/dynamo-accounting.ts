@@ -489,8 +489,8 @@ export class DynamoAccounting implements AccountingStore {
         }
         if (roles.includes('wallet') && failed(reasonOf('wallet'))) {
           if (owed === 0 && released > charge) {
-            // Freeing money fails only on the debt: the account owes (or owes other than seen). What it frees pays
-            // what the failed attempt saw owed, conditional on that still being the debt.
+            // Freeing money fails only on the debt: the account owes (or less than seen). What it frees pays what the
+            // failed attempt saw owed, conditional on at least that much still being owed.
             owedSeen = walletOf(reasonOf('wallet')?.Item).owed;
             continue;
           }
@@ -625,14 +625,15 @@ export class DynamoAccounting implements AccountingStore {
       } else if (charge < released) {
         const repaid = debtRepaid(released - charge, shortfall.owedSeen);
         if (repaid > 0) {
-          // The debt seen is paid first from what is freed, on condition it is still that debt (a top-up or
-          // another release may have paid some meanwhile): the balance pays it, so `:charge` becomes the debit.
+          // The debt seen is paid first from what is freed, on condition at least that much is still owed (a top-up
+          // or another release may have paid some meanwhile; a debt grown since is paid by the next money): the
+          // balance pays it, so `:charge` becomes the debit. Not the exact debt: settlements ending together on
+          // an owing account would each change it under the others, spending their attempts.
           values[':charge'] = N(charge + repaid);
           values[':delta'] = N(released - charge - repaid);
           values[':repaid'] = N(repaid);
-          values[':owedSeen'] = N(shortfall.owedSeen);
           update += ', owed = owed - :repaid';
-          condition = 'owed = :owedSeen';
+          condition = 'owed >= :repaid';
         } else {
           // Money freed goes to a debt first: a wallet that owes fails this, and the retry pays it (settle).
           condition = NO_DEBT;
@@ -759,19 +760,21 @@ export class DynamoAccounting implements AccountingStore {
     const entry = { at: Math.floor(nowMs), id: `swept#${requestId}`, reference: requestId };
     let owedSeen = 0;
     for (let attempt = 1; attempt <= SWEEP_ATTEMPTS; attempt++) {
+      if (attempt > 1) await this.#sleep(Math.random() * 10 * 2 ** attempt);
       const outcome = await this.#releaseHold(pk, sk, amount, owedSeen, entry);
       if (typeof outcome !== 'number') return outcome;
       owedSeen = outcome;
     }
+    this.#warn('hold not released; the next sweep retries it', { hold: sk, attempts: SWEEP_ATTEMPTS });
     return 'busy';
   }
 
   /**
    * One expired hold released in its own transaction, conditional on the hold still existing, so it cannot race a
    * late settlement into releasing twice: `gone` when it was settled (or released) meanwhile. On a wallet seen
-   * owing (`owedSeen`), what the release frees pays that debt in the same transaction, on condition it is still
-   * the debt; otherwise the release is conditional on the wallet owing nothing. Either condition failing answers
-   * the debt now owed, for the next attempt.
+   * owing (`owedSeen`), what the release frees pays that debt in the same transaction, on condition at least that
+   * much is still owed; otherwise the release is conditional on the wallet owing nothing. Either condition failing
+   * answers the debt now owed, for the next attempt.
    */
   async #releaseHold(
     pk: string,
@@ -798,11 +801,11 @@ export class DynamoAccounting implements AccountingStore {
             ? {
                 UpdateExpression:
                   'SET available = available + :freed, balance = balance - :repaid, owed = owed - :repaid',
-                ConditionExpression: 'owed = :owedSeen',
+                // At least that much still owed (see #walletSettlement).
+                ConditionExpression: 'owed >= :repaid',
                 ExpressionAttributeValues: {
                   ':freed': N(amount - repaid),
                   ':repaid': N(repaid),
-                  ':owedSeen': N(owedSeen),
                 },
               }
             : {

@@ -246,12 +246,12 @@ export class DynamoAccounts implements AccountDirectory {
             ExpressionAttributeValues: { ':now': { S: new Date().toISOString() } },
           }),
         );
-        revoked++;
       } catch (error) {
-        // Revoked since the listing (another `keys revoke` racing this one): already what was asked. Failing here
-        // would leave the keys after this one unrevoked.
+        // Revoked since the listing (another `keys revoke` racing this one): already what was asked, and counted so.
+        // Failing here would leave the keys after this one unrevoked.
         if (!(error instanceof ConditionalCheckFailedException)) throw error;
       }
+      revoked++;
     }
     return revoked;
   }

@@ -86,13 +86,17 @@ export const prepareEmbeddings = (
 const WIDEST_VECTOR = 4096;
 
 /**
- * The most an upstream's reply to `prepared` can be: every vector at its width as JSON floats (up to 25 characters
- * each, `-0.000012345678901234568,`), base64 far less, plus each item's frame and the reply's own. A reply past this
- * is no answer to the request; and reading it whole — chunks, their join, the string, the parse — could take more
- * memory than a function has, ending the invocation with no answer and no settlement.
+ * The most an upstream's reply to `prepared` can be: every vector at the model's full width — a deployment may
+ * ignore the client's `dimensions`, which checkVectors must get to see and call `unsupported`, not a reply cut as
+ * too large (a protocol fault that counts against the deployment) — as JSON floats of up to 25 characters
+ * (`-0.000012345678901234568,`) with room for a pretty-printer's line and indent, plus each item's frame and the
+ * reply's own. A reply past this is no answer to the request; and reading it whole — chunks, their join, the
+ * string, the parse — could take more memory than a function has, ending the invocation with no answer and no
+ * settlement.
  */
 export const embeddingsReplyLimitBytes = (prepared: PreparedEmbeddings): number =>
-  prepared.inputs.length * ((prepared.dimensions ?? prepared.model.dimensions ?? WIDEST_VECTOR) * 25 + 256) +
+  prepared.inputs.length *
+    (Math.max(prepared.dimensions ?? 0, prepared.model.dimensions ?? WIDEST_VECTOR) * 40 + 512) +
   64 * 1024;
 
 /** The upstream body for one deployment: inputs always as a list; `user` stays with us. */

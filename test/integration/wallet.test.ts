@@ -525,7 +525,7 @@ describe('admission and settlement', () => {
     racing.middlewareStack.add(
       (next, context) => async (args) => {
         const input = args.input as { TransactItems?: { Update?: { ConditionExpression?: string } }[] };
-        const paying = input.TransactItems?.some((i) => i.Update?.ConditionExpression === 'owed = :owedSeen');
+        const paying = input.TransactItems?.some((i) => i.Update?.ConditionExpression === 'owed >= :repaid');
         if (context.commandName === 'TransactWriteItemsCommand' && paying && !raced) {
           raced = true;
           await h.accounting.topUp({

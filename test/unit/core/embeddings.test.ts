@@ -192,10 +192,17 @@ describe('embeddingsReplyLimitBytes', () => {
     });
     const limit = embeddingsReplyLimitBytes(prepared);
     expect(Buffer.byteLength(reply)).toBeLessThanOrEqual(limit);
-    expect(limit - Buffer.byteLength(reply)).toBeLessThan(70 * 1024);
-    // The client's `dimensions` narrows it.
-    const narrow = prepareEmbeddings({ model: 'm', input: ['a'], dimensions: 256 }, wide, wordCounter);
-    expect(embeddingsReplyLimitBytes(narrow)).toBeLessThan(limit / 3);
+    // Pretty-printed, one float a line (two spaces a level, as json.dumps(indent=2) writes it).
+    expect(Buffer.byteLength(JSON.stringify(JSON.parse(reply), null, 2))).toBeLessThanOrEqual(limit);
+    expect(limit).toBeLessThan(Buffer.byteLength(reply) * 2);
+    // A deployment that ignores the client's `dimensions` still gets its reply read, to be judged unable
+    // (checkVectors), not cut as too large.
+    const narrow = prepareEmbeddings(
+      { model: 'm', input: ['a', 'b', 'c'], dimensions: 256 },
+      wide,
+      wordCounter,
+    );
+    expect(embeddingsReplyLimitBytes(narrow)).toBe(limit);
   });
 });
 
