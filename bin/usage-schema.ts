@@ -4,8 +4,9 @@
  * published file and the zod schema disagree.
  */
 import { writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { usageReportJsonSchema } from '#http/schemas/usage-report.ts';
 
 const file = new URL('../site/usage.schema.json', import.meta.url);
 writeFileSync(file, `${JSON.stringify(usageReportJsonSchema(), null, 2)}\n`);
-console.log(`wrote ${file.pathname}`);
+console.log(`wrote ${fileURLToPath(file)}`);

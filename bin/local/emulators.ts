@@ -85,25 +85,51 @@ const lockDataDir = (dir: string): (() => void) => {
   const file = join(dir, 'in-use.pid');
   for (let attempt = 0; ; attempt++) {
     try {
-      writeFileSync(file, String(process.pid), { flag: 'wx' });
+      writeFileSync(file, `${process.pid} ${startTimeOf(process.pid) ?? ''}`, { flag: 'wx' });
       break;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 2) throw error;
-      const holder = Number(readFileSync(file, 'utf8').trim());
-      if (Number.isInteger(holder) && holder > 0 && running(holder))
+      const holder = readFileSync(file, 'utf8');
+      if (holdsDataDir(holder))
         throw new Error(
-          `DATA_DIR ${dir} is in use by another npm start (pid ${holder}): stop it first, or use another DATA_DIR`,
+          `DATA_DIR ${dir} is in use by another npm start (pid ${holder.trim().split(' ')[0]}): stop it first, or use another DATA_DIR`,
         );
       rmSync(file, { force: true });
     }
   }
   return () => {
     try {
-      if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
+      if (readFileSync(file, 'utf8').trim().split(' ')[0] === String(process.pid))
+        rmSync(file, { force: true });
     } catch {
       // Already gone.
     }
   };
+};
+
+/** A process's start time (clock ticks since boot, /proc/<pid>/stat's 22nd field), where Linux's /proc tells it. */
+const startTimeOf = (pid: number): string | null => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields follow the command name in parentheses (which may hold spaces); the state is the 3rd field.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[22 - 3] ?? null;
+  } catch {
+    return null;
+  }
+};
+
+/**
+ * Whether the process a pid file names (`<pid> <start time>`) still holds the directory — not merely a process of
+ * that pid: a file left by a killed container names a pid the next container's first processes reuse (this very
+ * process, often), and after a reboot any process may have it. Where the start time can be compared, it decides;
+ * elsewhere a running process is taken for the holder.
+ */
+const holdsDataDir = (holder: string): boolean => {
+  const [pidText, started] = holder.trim().split(' ');
+  const pid = Number(pidText);
+  if (!Number.isInteger(pid) || pid <= 0 || !running(pid)) return false;
+  const now = startTimeOf(pid);
+  return started === undefined || started === '' || now === null || now === started;
 };
 
 /** Whether a process runs (one we may not signal runs too). */

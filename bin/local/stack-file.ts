@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import type { EmulatorEndpoints } from './emulators.ts';
 import type { Provisioned } from './provision.ts';
 
@@ -7,7 +8,7 @@ import type { Provisioned } from './provision.ts';
  * `LOCAL_STACK_FILE` moves it (tests run a second stack beside a developer's own).
  */
 export const STACK_FILE =
-  process.env.LOCAL_STACK_FILE ?? new URL('../../.local/stack.json', import.meta.url).pathname;
+  process.env.LOCAL_STACK_FILE ?? fileURLToPath(new URL('../../.local/stack.json', import.meta.url));
 
 export interface StackFile {
   readonly url: string;

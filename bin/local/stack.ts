@@ -139,6 +139,10 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     for (const stop of stops.reverse()) await stop().catch(() => {});
   };
   try {
+    // A port already taken fails here, before the emulators start and the seed rewrites the registry and the demo
+    // key in a kept DATA_DIR (it was found only at the listen, seconds and changes later).
+    const wantedPort = options.port ?? 8787;
+    if (wantedPort !== 0) await portIsFree(wantedPort, options.host ?? '127.0.0.1');
     // A bad registry file fails here, naming the field at fault, before any emulator starts.
     const registryFile = options.registryFile ? readRegistryFile(options.registryFile) : null;
     for (const warning of registryFile?.warnings ?? []) log(`registry file: ${warning}`);
@@ -399,11 +403,22 @@ const ask = <T>(worker: ServiceWorker<'ready'>, request: InstanceRequest, key: k
     worker.port.postMessage(request);
   });
 
-/** Resolves when nothing listens on `port`; rejects with the listen error (EADDRINUSE) otherwise. */
+/** Resolves when nothing listens on `port`; rejects otherwise, saying how to pick another (PORT). */
 const portIsFree = (port: number, host: string): Promise<void> =>
   new Promise((resolve, reject) => {
     const probe = createServer();
-    probe.once('error', reject);
+    probe.once('error', (error: NodeJS.ErrnoException) =>
+      reject(
+        error.code === 'EADDRINUSE'
+          ? new Error(
+              `port ${port} on ${host} is in use: stop what listens there, or set PORT (0: any free port)`,
+              {
+                cause: error,
+              },
+            )
+          : error,
+      ),
+    );
     probe.listen({ port, host }, () => probe.close(() => resolve()));
   });
 

@@ -2,6 +2,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { storesServing } from '#local/emulators.ts';
@@ -14,7 +15,7 @@ import { storesServing } from '#local/emulators.ts';
  * then restart it on the same DATA_DIR and read the wallet.
  */
 
-const ROOT = new URL('../..', import.meta.url).pathname;
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const DEMO_API_KEY = 'svc_live_shutdownDrainTestKey0000000000001';
 const CALLS = 12;
 

@@ -3,11 +3,12 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { type AddressInfo, connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseCpuList, storeCpuList } from '#local/emulators.ts';
 
-const ROOT = new URL('../..', import.meta.url).pathname;
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const DEMO_API_KEY = 'svc_live_npmStartTestKey000000000000000001';
 
 let child: ChildProcess;
@@ -206,12 +207,13 @@ describe('npm start', () => {
 
 describe('npm start with a configuration that cannot work', () => {
   const refused = (extra: Record<string, string>) =>
-    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+    new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
       execFile(
         process.execPath,
         ['bin/local.ts'],
         { cwd: ROOT, env: { ...env(), PORT: '0', ...extra }, timeout: 60_000 },
-        (error, _stdout, stderr) => resolve({ code: error ? (error.code as number | null) : 0, stderr }),
+        (error, stdout, stderr) =>
+          resolve({ code: error ? (error.code as number | null) : 0, stdout, stderr }),
       );
     });
 
@@ -233,16 +235,21 @@ describe('npm start with a configuration that cannot work', () => {
     );
   });
 
-  it('refuses a port another process listens on, also when its instances would share it (SO_REUSEPORT)', async () => {
+  it('refuses a port another process listens on before starting anything, saying how to pick another, also when its instances would share it (SO_REUSEPORT)', async () => {
     const taken = createServer();
     await new Promise<void>((resolve) =>
       taken.listen({ port: 0, host: '127.0.0.1', reusePort: true }, resolve),
     );
     const { port } = taken.address() as AddressInfo;
     try {
-      const { code, stderr } = await refused({ PORT: String(port), GATEWAY_INSTANCES: '2' });
-      expect(code).not.toBe(0);
-      expect(stderr).toContain('EADDRINUSE');
+      for (const instances of ['1', '2']) {
+        const { code, stdout, stderr } = await refused({ PORT: String(port), GATEWAY_INSTANCES: instances });
+        expect(code).not.toBe(0);
+        expect(stderr).toContain(`port ${port} on 127.0.0.1 is in use`);
+        expect(stderr).toContain('set PORT');
+        // Refused before anything started: the simulator (started after the emulators) never said it listens.
+        expect(stdout).not.toContain('upstream simulator listening');
+      }
     } finally {
       await new Promise((resolve) => taken.close(resolve));
     }

@@ -1,4 +1,5 @@
 import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { S3Client } from '@aws-sdk/client-s3';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -161,7 +162,7 @@ describe('the status page', () => {
       expect(report.recent_faults.map((f) => f.group)).toEqual(['incident', 'famB-5.3']);
 
       mkdirSync(ARTIFACTS, { recursive: true });
-      await page.screenshot({ path: new URL('status-page.png', ARTIFACTS).pathname, fullPage: true });
+      await page.screenshot({ path: fileURLToPath(new URL('status-page.png', ARTIFACTS)), fullPage: true });
       expect(problems).toEqual([]);
       expect([...hosts]).toEqual([new URL(t.stack.url).host]);
     } finally {
@@ -196,7 +197,7 @@ describe('the status page', () => {
         .evaluate((td) => (globalThis as unknown as BrowserGlobals).getComputedStyle(td, '::before').content);
       expect(label).toBe('"Requests"');
       // What a phone shows at a glance: the first screen.
-      await page.screenshot({ path: new URL('status-page-phone.png', ARTIFACTS).pathname });
+      await page.screenshot({ path: fileURLToPath(new URL('status-page-phone.png', ARTIFACTS)) });
       expect(problems).toEqual([]);
     } finally {
       await close();

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
@@ -12,7 +13,7 @@ import { provision } from '#local/provision.ts';
 import { readRegistryFile } from '#local/registry-file.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
-const ROOT = new URL('../..', import.meta.url).pathname;
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const EXAMPLE = join(ROOT, 'registry/example.json');
 const SIMULATOR_URL = 'http://127.0.0.1:4010';
 

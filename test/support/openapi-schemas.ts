@@ -13,11 +13,14 @@
  * `OPENAI_OPENAPI_PATH` environment variable.
  */
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 
 // A copy of OpenAI's published spec (MIT, see the LICENSE beside it), so tests run from a fresh clone.
-const DEFAULT_OPENAPI_PATH = new URL('../fixtures/openai-openapi/openapi.json', import.meta.url).pathname;
+const DEFAULT_OPENAPI_PATH = fileURLToPath(
+  new URL('../fixtures/openai-openapi/openapi.json', import.meta.url),
+);
 const SPEC_ID = 'openai-openapi';
 
 // Values under these keys are data or metadata, not sub-schemas, and must not be rewritten.

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import OpenAI from 'openai';
@@ -107,7 +108,7 @@ export const adminCli =
   (t: TestStack) =>
   async (...args: string[]): Promise<string> => {
     const { stdout } = await promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], {
-      cwd: new URL('../..', import.meta.url).pathname,
+      cwd: fileURLToPath(new URL('../..', import.meta.url)),
       env: {
         ...process.env,
         ...LOCAL_AWS_ENV,
