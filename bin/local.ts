@@ -143,6 +143,17 @@ stack = await startLocalStack({
   log: (line) => console.log(line),
 }).catch((error: unknown) => fail(error instanceof Error ? error.message : String(error)));
 
+// A part of the stack that dies on its own (DynamoDB Local killed by the OOM killer, an emulator thread's uncaught
+// error) ends npm start, saying which, rather than leave a gateway answering 503s or never settling.
+void stack.lost.then(async (error) => {
+  if (stoppingSince > 0) return;
+  stoppingSince = Date.now();
+  console.error(`npm start: ${error.message}; stopping`);
+  rmSync(STACK_FILE, { force: true });
+  await stack?.stop().catch(() => {});
+  process.exit(1);
+});
+
 // Lets `npm run admin` find this stack's emulators and tables while it runs.
 mkdirSync(resolve(STACK_FILE, '..'), { recursive: true });
 writeFileSync(

@@ -24,6 +24,8 @@ export interface EmulatorEndpoints {
 }
 
 export interface Emulators extends EmulatorEndpoints {
+  /** Resolves, with why, if DynamoDB Local or the SQS/S3 thread ends before stop(); never resolves otherwise. */
+  readonly lost: Promise<Error>;
   stop(): Promise<void>;
 }
 
@@ -67,6 +69,7 @@ export const startEmulators = async (options: EmulatorOptions = {}): Promise<Emu
     dynamodb: dynamo.endpoint,
     sqs: worker.sqs,
     s3: worker.s3,
+    lost: Promise.race([dynamo.lost, worker.lost]),
     stop: async () => {
       await Promise.all([dynamo.stop(), worker.stop()]);
       release();
@@ -233,11 +236,23 @@ const startDynamoDb = async (options: EmulatorOptions) => {
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
     const child = spawnDynamoDbLocal({ port, path: dbPath, sharedDb: true, stdio: 'pipe' });
-    const stop = killOnExit(child);
+    const kill = killOnExit(child);
+    let stopping = false;
+    const stop = () => {
+      stopping = true;
+      return kill();
+    };
     try {
       const endpoint = `http://127.0.0.1:${port}`;
       await waitForDynamoDb(endpoint, child, options);
-      return { endpoint, stop };
+      // Killed from outside (the OOM killer, a stray kill) after it started: every call would be refused with 503
+      // "accounting store unreachable", and nothing would say why.
+      const lost = new Promise<Error>((resolve) =>
+        child.once('exit', (code, signal) => {
+          if (!stopping) resolve(new Error(`DynamoDB Local exited (${signal ?? code})`));
+        }),
+      );
+      return { endpoint, stop, lost };
     } catch (error) {
       lastError = error;
       await stop();
@@ -378,6 +393,7 @@ const startWorker = async (options: EmulatorOptions) => {
   return {
     sqs,
     s3,
+    lost: worker.lost,
     stop: async () => {
       await worker.stop();
       if (!options.dataDir) rmSync(s3Directory, { recursive: true, force: true });

@@ -42,6 +42,11 @@ export class ThreadedSettlementSink implements SettlementSink {
     });
   }
 
+  /** Resolves, with why, if the thread this sink started ends before it is stopped (ServiceWorker.lost). */
+  get lost(): Promise<Error> {
+    return this.#worker?.lost ?? new Promise<Error>(() => {});
+  }
+
   static async start(options: {
     client: SQSClientConfig;
     queueUrl: string;

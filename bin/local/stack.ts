@@ -103,6 +103,12 @@ export interface LocalStack {
   readonly resources: Provisioned;
   readonly config: Config;
   readonly container: Container;
+  /**
+   * Resolves, with why, if a part the stack started — DynamoDB Local, the SQS/S3 emulators, the simulator, the
+   * settlement sender or the consumer — ends before stop(): the gateway would go on answering around it (every
+   * metered call refused, or served and never settled). Never resolves otherwise.
+   */
+  readonly lost: Promise<Error>;
   /** Runs the scheduled price sync now (it also runs every `priceSyncIntervalMs`). */
   priceSync(): Promise<PriceSyncResult>;
   /** Publishes `usage.json` now, as of `event.time` if given (it also runs every `usageReportIntervalMs`). */
@@ -135,6 +141,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
   if (instances > 1 && (options.clock || options.dynamodbOverrides))
     throw new Error('clock and dynamodbOverrides act on one instance only: run them with instances: 1');
   const stops: (() => Promise<void>)[] = [];
+  const losses: Promise<Error>[] = [];
   const stopAll = async () => {
     for (const stop of stops.reverse()) await stop().catch(() => {});
   };
@@ -151,6 +158,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     else {
       const started = await startEmulators({ dataDir: options.dataDir, log });
       stops.push(() => started.stop());
+      losses.push(started.lost);
       emulators = { dynamodb: started.dynamodb, sqs: started.sqs, s3: started.s3 };
     }
 
@@ -174,6 +182,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
           },
         );
         stops.push(() => simulator.stop());
+        losses.push(simulator.lost);
         simulatorUrl = simulator.ready.url;
         log(`upstream simulator listening on ${simulatorUrl}`);
       }
@@ -236,6 +245,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       lingerMs: LOCAL_SETTLEMENT_LINGER_MS,
     });
     stops.push(() => settlements.stop());
+    losses.push(settlements.lost);
     const containerEnv = {
       ...options.secretEnv,
       ...SIMULATOR_SECRETS,
@@ -280,6 +290,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
         sweepIntervalMs: options.sweepIntervalMs ?? 60_000,
       } satisfies ConsumerWorkerInput);
       stops.push(() => consumer.stop());
+      losses.push(consumer.lost);
     }
 
     const priceSyncHandler = (await import('#functions/price-sync.ts')).createHandler(() => container);
@@ -347,6 +358,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     }
     return {
       url: `http://${host}:${port}`,
+      lost: losses.length > 0 ? Promise.race(losses) : new Promise<Error>(() => {}),
       demoApiKey,
       revokedDemoKeys,
       simulatorUrl,

@@ -8,6 +8,11 @@ export interface ServiceWorker<T> {
   readonly ready: T;
   /** The worker, for services that keep talking to it after start-up. */
   readonly port: Worker;
+  /**
+   * Resolves, with why, if the thread ends (or throws) before stop() asked it to — a dead emulator, consumer or
+   * simulator the rest of the stack would otherwise keep serving around; never resolves otherwise.
+   */
+  readonly lost: Promise<Error>;
   stop(): Promise<void>;
 }
 
@@ -31,10 +36,22 @@ export const startServiceWorker = async <T>(
     worker.once('error', reject);
     worker.once('exit', (code) => reject(new Error(`${script.pathname} exited (${code}) during startup`)));
   });
+  let stopping = false;
+  const name = script.pathname.split('/').pop();
+  const lost = new Promise<Error>((resolve) => {
+    worker.on('error', (error) => {
+      if (!stopping) resolve(new Error(`${name} failed: ${error.message}`, { cause: error }));
+    });
+    worker.on('exit', (code) => {
+      if (!stopping) resolve(new Error(`${name} exited (${code})`));
+    });
+  });
   return {
     ready,
     port: worker,
+    lost,
     stop: async () => {
+      stopping = true;
       const stopped = new Promise<void>((resolve) => {
         const onMessage = (message: unknown) => {
           if (message !== 'stopped') return;

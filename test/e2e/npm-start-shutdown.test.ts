@@ -326,3 +326,18 @@ describe('npm start killed with SIGKILL (no exit hook runs)', () => {
     expect(storesServing(dbPath)).toEqual([]);
   }, 120_000);
 });
+
+describe('npm start whose DynamoDB Local is killed under it', () => {
+  const scenario = 'store-killed';
+
+  it('stops, saying which part died, instead of answering every call with a 503', async () => {
+    const dbPath = join(dir, scenario, 'data', 'dynamodb');
+    const stack = await start(scenario);
+    const [jvm] = storesServing(dbPath);
+    expect(jvm).toBeGreaterThan(0);
+    // The OOM killer's way: no warning, no exit hook.
+    process.kill(jvm as number, 'SIGKILL');
+    expect(await stack.exited).toBe(1);
+    expect(stack.output()).toContain('npm start: DynamoDB Local exited (SIGKILL); stopping');
+  }, 120_000);
+});

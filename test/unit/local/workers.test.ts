@@ -27,3 +27,38 @@ describe.runIf(process.platform === 'linux')('lowerThreadPriority', () => {
     expect(ownNiceness()).toBe(before);
   });
 });
+
+describe('startServiceWorker', () => {
+  /** A worker script (as a data: URL module) that reports ready, then does `after`. */
+  const script = (after: string) =>
+    new URL(
+      `data:text/javascript,${encodeURIComponent(
+        `import { parentPort } from 'node:worker_threads';
+         parentPort.postMessage('ready');
+         parentPort.on('message', (m) => { if (m === 'stop') { parentPort.postMessage('stopped'); } });
+         ${after}`,
+      )}`,
+    );
+
+  it('tells when the thread dies on its own after start-up, with why', async () => {
+    const { startServiceWorker } = await import('#local/workers.ts');
+    const worker = await startServiceWorker<'ready'>(
+      script(`setTimeout(() => { throw new Error('emulator crashed'); }, 20);`),
+      null,
+    );
+    const lost = await worker.lost;
+    expect(lost.message).toContain('emulator crashed');
+    await worker.stop();
+  });
+
+  it('tells nothing of a thread stopped on purpose', async () => {
+    const { startServiceWorker } = await import('#local/workers.ts');
+    const worker = await startServiceWorker<'ready'>(script(''), null);
+    await worker.stop();
+    const told = await Promise.race([
+      worker.lost,
+      new Promise((resolve) => setTimeout(resolve, 100, 'nothing')),
+    ]);
+    expect(told).toBe('nothing');
+  });
+});
