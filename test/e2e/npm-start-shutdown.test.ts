@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { storesServing } from '#local/emulators.ts';
+import { childEnv } from '#test/child-env.ts';
 
 /**
  * `npm start` with DATA_DIR keeps the wallet across restarts, but its settlement queue lives in memory: a stop
@@ -21,14 +22,14 @@ const CALLS = 12;
 
 let dir: string;
 /** Each scenario has its own DATA_DIR and stack file, kept across its restart. */
-const env = (scenario: string, extra: Readonly<Record<string, string>> = {}) => ({
-  ...process.env,
-  LOCAL_STACK_FILE: join(dir, scenario, 'stack.json'),
-  DATA_DIR: join(dir, scenario, 'data'),
-  PORT: '0',
-  DEMO_API_KEY,
-  ...extra,
-});
+const env = (scenario: string, extra: Readonly<Record<string, string>> = {}) =>
+  childEnv({
+    LOCAL_STACK_FILE: join(dir, scenario, 'stack.json'),
+    DATA_DIR: join(dir, scenario, 'data'),
+    PORT: '0',
+    DEMO_API_KEY,
+    ...extra,
+  });
 
 interface Started {
   readonly child: ChildProcess;

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseCpuList, storeCpuList } from '#local/emulators.ts';
+import { childEnv } from '#test/child-env.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const DEMO_API_KEY = 'svc_live_npmStartTestKey000000000000000001';
@@ -14,7 +15,7 @@ const DEMO_API_KEY = 'svc_live_npmStartTestKey000000000000000001';
 let child: ChildProcess;
 let output = '';
 let dir: string;
-const env = () => ({ ...process.env, LOCAL_STACK_FILE: join(dir, 'stack.json') });
+const env = () => childEnv({ LOCAL_STACK_FILE: join(dir, 'stack.json') });
 
 const waitFor = (pattern: RegExp, timeoutMs = 60_000): Promise<RegExpMatchArray> =>
   new Promise((resolve, reject) => {

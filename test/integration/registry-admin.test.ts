@@ -11,6 +11,7 @@ import { parseRegistryFileText, toRegistryFile } from '#adapters/registry-file.t
 import { LOCAL_AWS_ENV, localClientConfig } from '#local/emulators.ts';
 import { provision } from '#local/provision.ts';
 import { readRegistryFile } from '#local/registry-file.ts';
+import { childEnv } from '#test/child-env.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -49,14 +50,13 @@ const adminOn =
         ['bin/admin.ts', ...args],
         {
           cwd: ROOT,
-          env: {
-            ...process.env,
+          env: childEnv({
             ...LOCAL_AWS_ENV,
             REGISTRY_TABLE: table,
             AWS_ENDPOINT_URL_DYNAMODB: inject('emulators').dynamodb,
             SIMULATOR_URL: simulatorUrl,
             LOCAL_STACK_FILE: join(dir, 'no-stack.json'),
-          },
+          }),
         },
         (error, stdout, stderr) => {
           const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
@@ -386,9 +386,7 @@ describe('the admin CLI with no stack and no tables', () => {
   /** No `npm start` stack to find and no table variables: only what needs neither can succeed. */
   const bare = (...args: string[]): Promise<Run> =>
     new Promise((resolve) => {
-      const env: NodeJS.ProcessEnv = { ...process.env, LOCAL_STACK_FILE: join(dir, 'no-stack.json') };
-      for (const name of ['ACCOUNTS_TABLE', 'WALLET_TABLE', 'BUCKETS_TABLE', 'USAGE_TABLE', 'REGISTRY_TABLE'])
-        delete env[name];
+      const env = childEnv({ LOCAL_STACK_FILE: join(dir, 'no-stack.json') });
       execFile(process.execPath, ['bin/admin.ts', ...args], { cwd: ROOT, env }, (error, stdout, stderr) => {
         const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
         resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
@@ -542,12 +540,11 @@ describe('REGISTRY_FILE on the local host', () => {
         ['bin/local.ts'],
         {
           cwd: ROOT,
-          env: {
-            ...process.env,
+          env: childEnv({
             PORT: '0',
             REGISTRY_FILE: writeJson('bad-local.json', bad),
             LOCAL_STACK_FILE: join(dir, 'stack.json'),
-          },
+          }),
           timeout: 20_000,
         },
         (error, stdout, stderr) =>

@@ -13,6 +13,7 @@ import { readCatalog, simulatorPrices } from '#local/seed.ts';
 import { type LocalStack, type LocalStackOptions, startLocalStack } from '#local/stack.ts';
 import { grantViolations } from '#local/table-grants.ts';
 import { type Simulator, type SimulatorOptions, startSimulator } from '#sim/server.ts';
+import { childEnv } from './child-env.ts';
 
 export interface TestStack {
   readonly stack: LocalStack;
@@ -109,15 +110,14 @@ export const adminCli =
   async (...args: string[]): Promise<string> => {
     const { stdout } = await promisify(execFile)(process.execPath, ['bin/admin.ts', ...args], {
       cwd: fileURLToPath(new URL('../..', import.meta.url)),
-      env: {
-        ...process.env,
+      env: childEnv({
         ...LOCAL_AWS_ENV,
         ACCOUNTS_TABLE: t.stack.resources.tables.accounts,
         WALLET_TABLE: t.stack.resources.tables.wallet,
         BUCKETS_TABLE: t.stack.resources.tables.buckets,
         USAGE_TABLE: t.stack.resources.tables.usage,
         AWS_ENDPOINT_URL_DYNAMODB: t.stack.emulators.dynamodb,
-      },
+      }),
     });
     return stdout.trim();
   };
