@@ -265,6 +265,17 @@ export const estimatePromptTokens = (
 };
 
 /**
+ * Upstream bodies whose `temperature` is our default (spec §4), not the client's. Every deployment still gets it in
+ * the body, as before; an adapter whose upstream refuses `temperature` beside `top_p` (Anthropic's newer models)
+ * asks here whether it may leave ours out to send the client's `top_p`. Kept beside the body, not in it: whatever is
+ * in the body is sent.
+ */
+const defaultTemperature = new WeakSet<Record<string, unknown>>();
+
+/** Whether `body` (from `upstreamChatBody`) carries our default temperature rather than the client's. */
+export const temperatureIsDefault = (body: Record<string, unknown>): boolean => defaultTemperature.has(body);
+
+/**
  * The upstream body for one deployment. Spec §4 rules: the default temperature is explicit; streams
  * always ask the upstream for the usage chunk (rule 4) so billing never depends on the client;
  * reasoning parameters are added only for reasoning-tier models (rule 1), from the deployment. Fields the
@@ -279,6 +290,7 @@ export const upstreamChatBody = (prepared: PreparedChat, deployment: Deployment)
     max_tokens: prepared.maxTokens,
     temperature: request.temperature ?? DEFAULT_TEMPERATURE,
   };
+  if (request.temperature === undefined) defaultTemperature.add(body);
   // Only include_usage goes upstream (forced: usage is what we bill); nothing else of the client's options is ours to pass.
   if (prepared.stream) body.stream_options = { include_usage: true };
   if (prepared.model.flags.reasoning && deployment.reasoningParams)

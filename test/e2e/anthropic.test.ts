@@ -179,6 +179,13 @@ describe('a chat model served by an anthropic deployment', () => {
     expect(chunks.at(-1)?.choices[0]?.finish_reason).toBe('tool_calls');
   });
 
+  it('sends a client’s top_p without the default temperature (newer Claude models refuse the two together)', async () => {
+    await t.openai().chat.completions.create({ model: MODEL, messages, top_p: 0.5 });
+    const sent = upstreamBody();
+    expect(sent.top_p).toBe(0.5);
+    expect(sent).not.toHaveProperty('temperature');
+  });
+
   it('serves n > 1 from a deployment that can, without calling the Anthropic one', async () => {
     const { data: completion, response } = await t
       .openai()
@@ -302,6 +309,18 @@ describe('faults of the anthropic deployment', () => {
     expect(res.headers.get('x-svc-provider')).toBe('sim-a');
     expect(sseEvents(await res.text()).at(-1)).toBe('[DONE]');
     expect(t.simulator.calls('sim-c')).toHaveLength(1);
+  });
+
+  it('falls back when Anthropic reports an overload in the stream after message_start, before any content', async () => {
+    // message_start, then Anthropic's in-stream `error` (overloaded_error): nothing has reached the client yet.
+    t.simulator.setFaults('sim-c', { error: 'error_mid', dropAfterChunks: 1 });
+    const res = await t.post('/chat/completions', { model: MODEL, messages, stream: true });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-svc-provider')).toBe('sim-a');
+    const events = sseEvents(await res.text());
+    expect(events.at(-1)).toBe('[DONE]');
+    for (const event of events.slice(0, -1)) expect(JSON.parse(event)).not.toHaveProperty('error');
+    expect(t.simulator.calls('sim-c').map((c) => c.fault)).toEqual(['error_mid']);
   });
 
   it('falls back when the Anthropic stream drops before its first event', async () => {

@@ -65,8 +65,10 @@ export class AnthropicChat implements ChatProvider {
         clientWantsUsage: call.clientWantsUsage,
       });
       const events = sseData(response.body);
-      // Upstream events that yield no chunk (a leading ping) do not commit the deployment; an `error`
-      // event here (Anthropic reports overloads in-stream too) is thrown and falls back like a status.
+      // Upstream events that yield no chunk do not commit the deployment: `message_start` and pings, since the
+      // translator holds the role chunk until the first content event. An `error` event before then (Anthropic
+      // reports overloads in-stream too, after message_start) is thrown here and falls back like a status, and the
+      // first-byte timeout runs until the first chunk.
       let first: ChatStreamEvent[] = [];
       while (first.length === 0) {
         const next = await events.next();

@@ -1,4 +1,11 @@
-import { type ChatMessage, type ContentPart, DEFAULT_MAX_TOKENS, type ToolCall } from '#core/chat.ts';
+import { createHash } from 'node:crypto';
+import {
+  type ChatMessage,
+  type ContentPart,
+  DEFAULT_MAX_TOKENS,
+  type ToolCall,
+  temperatureIsDefault,
+} from '#core/chat.ts';
 import { type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
 import type { ChatStreamEvent } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
@@ -11,6 +18,9 @@ import type { Usage } from '#core/usage.ts';
  * Choices a newcomer would question:
  * - **temperature** is clamped to Anthropic's 0–1, not scaled: both APIs divide logits by it, so 0–1 means
  *   the same on both and the gateway's default 0.7 stays 0.7; OpenAI's hotter 1–2 becomes Anthropic's hottest, 1.
+ * - **temperature and top_p**: Claude 4.5-era models refuse the pair, so a client's `top_p` goes alone (the
+ *   default temperature core filled in is left out) and a `top_p` of 1 is left out (a no-op); a client's own pair
+ *   goes as sent (a deployment whose model refuses it takes `omitParams: ["top_p"]`).
  * - **system** messages, wherever they appear, are hoisted into the top-level `system` (joined by a blank
  *   line): the Messages API has no system role inside the conversation.
  * - **n > 1** cannot be served (Messages returns one reply): the attempt fails as `unsupported`, so routing
@@ -19,7 +29,18 @@ import type { Usage } from '#core/usage.ts';
  * - **response_format** has no Messages equivalent: `json_object`/`json_schema` become a system instruction.
  * - `seed`, `presence_penalty`, `frequency_penalty` have no equivalent and are dropped.
  * - `thinking` (only ever present from a deployment's `reasoningParams`, since clients cannot send it) is
- *   passed through; Anthropic refuses `temperature`/`top_p` alongside it, so they are then left out.
+ *   passed through; Anthropic refuses `temperature`/`top_p` alongside it, so they are then left out. It is left
+ *   out itself (and the rules it brings: the budget within `max_tokens`, no forced tool call, no sampling knobs)
+ *   when the conversation ends on tool results or on an assistant message: Messages then wants the turn's own
+ *   thinking blocks replayed, which chat-completions history cannot carry. Thinking the model shows is relayed as
+ *   `reasoning_content`, as OpenAI-compatible upstreams' reasoning is, and so counted when usage is estimated.
+ * - What Messages refuses that OpenAI takes: a stop sequence without a non-whitespace character fails the attempt
+ *   as `unsupported` (dropped, it would change where the reply ends); whitespace-only text blocks are left out
+ *   (they carry nothing) and a final assistant message (a prefill) loses its trailing whitespace; tool call ids
+ *   outside `[a-zA-Z0-9_-]` are mapped (toolUseId); an image data URL is sent as the type its bytes are (JPEG, PNG,
+ *   GIF or WebP — any other is `unsupported`), whatever it declared; a tool schema without `type` gets `"object"`.
+ * - A prompt beyond the deployment's window, a request over its size limit (413) or an image over its limits are
+ *   the deployment's limits, not the request's fault: `unsupported`, so one with larger limits may serve it.
  */
 
 /** The Anthropic API version this mapping speaks (sent as the `anthropic-version` header). */
@@ -91,7 +112,8 @@ export const toMessagesRequest = (body: Json): Json => {
   chat.forEach((message, i) => {
     if (message.role === 'system') {
       const text = joinText(message.content);
-      if (text !== '') system.push(text);
+      // Whitespace alone carries nothing, and Messages refuses it as text.
+      if (NON_WHITESPACE.test(text)) system.push(text);
       return;
     }
     const blocks = toBlocks(message, i);
@@ -105,6 +127,7 @@ export const toMessagesRequest = (body: Json): Json => {
   });
   if (messages.length === 0)
     throw invalid('This model needs at least one user or assistant message with content.', 'messages');
+  trimFinalAssistant(messages);
   const formatInstruction = responseFormatInstruction(body.response_format);
   if (formatInstruction !== null) system.push(formatInstruction);
 
@@ -114,14 +137,11 @@ export const toMessagesRequest = (body: Json): Json => {
     messages,
   };
   if (system.length > 0) out.system = system.join('\n\n');
-  const thinking = body.thinking;
+  const thinking = continuesTurn(messages) ? undefined : body.thinking;
   if (thinking !== undefined) out.thinking = thinkingWithin(thinking, out.max_tokens as number);
-  else {
-    if (typeof body.temperature === 'number') out.temperature = Math.min(1, Math.max(0, body.temperature));
-    if (typeof body.top_p === 'number') out.top_p = body.top_p;
-  }
-  if (typeof body.stop === 'string') out.stop_sequences = [body.stop];
-  else if (Array.isArray(body.stop) && body.stop.length > 0) out.stop_sequences = body.stop;
+  else Object.assign(out, sampling(body));
+  const stop = stopSequences(body.stop);
+  if (stop.length > 0) out.stop_sequences = stop;
   const tools = toTools(body.tools);
   if (tools.length > 0) {
     out.tools = tools;
@@ -148,6 +168,48 @@ const mergeBlocks = (into: Block[], blocks: readonly Block[]): void => {
     }
   }
 };
+
+/**
+ * Whether the reply continues a turn under way: the conversation ends on tool results (a tool loop) or on an
+ * assistant message (a prefill). With thinking on, Messages wants that assistant turn to open with the thinking
+ * blocks it produced (400 "Expected `thinking` or `redacted_thinking`, but found `tool_use`"), signed by Anthropic
+ * — and chat-completions history cannot carry them. Such a request goes without thinking: every tool loop with
+ * thinking would fail otherwise, and the model reasoned at the start of the turn already.
+ */
+const continuesTurn = (messages: readonly MessagesMessage[]): boolean => {
+  const last = messages.at(-1);
+  return last?.role === 'assistant' || (last?.content.some((b) => b.type === 'tool_result') ?? false);
+};
+
+/**
+ * `temperature` (clamped to 0–1) and `top_p`, but not ours beside the client's: Claude 4.5-era models refuse the
+ * pair (400 "`temperature` and `top_p` cannot both be specified for this model"), and core puts its default
+ * temperature in every body — so a client's `top_p` goes alone unless the temperature is the client's too, and a
+ * `top_p` of 1 (LangChain's default: no truncation at all) is left out as the no-op it is. A client's own pair goes
+ * as sent: older Claude models take it, and a deployment of a model that does not is configured with
+ * `omitParams: ["top_p"]` (docs/registry.md).
+ */
+const sampling = (body: Json): Json => {
+  const temperature =
+    typeof body.temperature === 'number' ? Math.min(1, Math.max(0, body.temperature)) : undefined;
+  const topP = typeof body.top_p === 'number' && body.top_p < 1 ? body.top_p : undefined;
+  if (topP === undefined) return temperature === undefined ? {} : { temperature };
+  if (temperature === undefined || temperatureIsDefault(body)) return { top_p: topP };
+  return { temperature, top_p: topP };
+};
+
+/**
+ * The stop sequences. Messages refuses one that is empty or only whitespace (400 "each stop sequence must contain
+ * non-whitespace"); dropping it would change where the reply ends, so the attempt is `unsupported` instead.
+ */
+const stopSequences = (stop: unknown): unknown[] => {
+  const sequences = typeof stop === 'string' ? [stop] : Array.isArray(stop) ? stop : [];
+  if (sequences.some((s) => typeof s !== 'string' || !NON_WHITESPACE.test(s)))
+    throw invalid("Stop sequences must contain a non-whitespace character on this model's provider.", 'stop');
+  return sequences;
+};
+
+const NON_WHITESPACE = /\S/;
 
 /** The least thinking budget Messages takes. */
 const MIN_THINKING_BUDGET = 1024;
@@ -185,8 +247,24 @@ const joinText = (
     .join('\n');
 };
 
-/** Messages refuses empty text blocks, so they are left out. */
-const textBlock = (text: string): TextBlock[] => (text === '' ? [] : [{ type: 'text', text }]);
+/**
+ * Messages refuses empty and whitespace-only text blocks ("text content blocks must contain non-whitespace text"),
+ * so they are left out: they carry nothing. A turn left with no block is left out whole, and the turns around it
+ * merge (toMessagesRequest).
+ */
+const textBlock = (text: string): TextBlock[] => (NON_WHITESPACE.test(text) ? [{ type: 'text', text }] : []);
+
+/**
+ * Messages refuses a final assistant turn (a prefill) whose content ends in whitespace ("final assistant content
+ * cannot end with trailing whitespace"): its last text block loses it. Whitespace-only blocks are gone already, so
+ * some text stays.
+ */
+const trimFinalAssistant = (messages: MessagesMessage[]): void => {
+  const last = messages.at(-1);
+  const block = last?.content.at(-1);
+  if (last?.role !== 'assistant' || block?.type !== 'text') return;
+  last.content[last.content.length - 1] = { type: 'text', text: block.text.trimEnd() };
+};
 
 const toBlocks = (message: Exclude<ChatMessage, { role: 'system' }>, i: number): Block[] => {
   switch (message.role) {
@@ -207,7 +285,7 @@ const toBlocks = (message: Exclude<ChatMessage, { role: 'system' }>, i: number):
       return [
         {
           type: 'tool_result',
-          tool_use_id: message.tool_call_id,
+          tool_use_id: toolUseId(message.tool_call_id),
           content:
             typeof message.content === 'string'
               ? message.content
@@ -223,13 +301,45 @@ const partBlocks = (part: ContentPart, param: string): Block[] => {
 };
 
 /** A base64 data URL, its scheme and `;base64` in any case (RFC 2397), as our validation takes it. */
-const DATA_URL = /^data:([^;,]+);base64,(.*)$/is;
+const DATA_URL = /^data:[^;,]+;base64,(.*)$/is;
 
+/**
+ * Messages takes JPEG, PNG, GIF and WebP images only, and refuses one whose bytes are not of the type it declares.
+ * Clients declare loosely (`image/jpg`, `image/pjpeg`, or a wrong type), so the type the bytes' signature says is
+ * sent, whatever was declared; bytes of any other format cannot be sent. URL images are Anthropic's to fetch.
+ */
 const imageSource = (url: string, param: string): ImageBlock['source'] => {
   const data = DATA_URL.exec(url);
-  if (data) return { type: 'base64', media_type: (data[1] as string).toLowerCase(), data: data[2] as string };
+  if (data) {
+    const base64 = data[1] as string;
+    const mediaType = imageType(leadingBytes(base64));
+    if (mediaType === null)
+      throw invalid(
+        `The image at ${param} is not a JPEG, PNG, GIF or WebP image, the formats this model's provider takes.`,
+        param,
+      );
+    return { type: 'base64', media_type: mediaType, data: base64 };
+  }
   if (/^https?:\/\//i.test(url)) return { type: 'url', url };
   throw invalid('Image URLs must be http(s) URLs or base64 data URLs.', param);
+};
+
+/** The first bytes of base64 data (18: enough for every signature), without decoding all of it. */
+const leadingBytes = (base64: string): Buffer => {
+  let head = base64.slice(0, 24);
+  // Whitespace inside base64 is legal in a data URL and decodes to nothing: only then is the whole string read.
+  if (/\s/.test(head)) head = base64.replace(/\s+/g, '').slice(0, 24);
+  return Buffer.from(head, 'base64');
+};
+
+/** The type Messages takes that `bytes` begin as (JPEG FF D8 FF, PNG 89 'PNG', 'GIF8', 'RIFF'…'WEBP'), or null. */
+const imageType = (bytes: Buffer): string | null => {
+  const head = bytes.toString('latin1', 0, 12);
+  if (head.startsWith('\xff\xd8\xff')) return 'image/jpeg';
+  if (head.startsWith('\x89PNG')) return 'image/png';
+  if (head.startsWith('GIF8')) return 'image/gif';
+  if (head.startsWith('RIFF') && head.slice(8, 12) === 'WEBP') return 'image/webp';
+  return null;
 };
 
 const toolUseBlock = (call: ToolCall, param: string): ToolUseBlock => {
@@ -243,7 +353,24 @@ const toolUseBlock = (call: ToolCall, param: string): ToolUseBlock => {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
     throw invalid('Tool call arguments must be a JSON object for this model.', param);
   }
-  return { type: 'tool_use', id: call.id, name: call.function.name, input: input as Json };
+  return { type: 'tool_use', id: toolUseId(call.id), name: call.function.name, input: input as Json };
+};
+
+const TOOL_USE_ID = /^[a-zA-Z0-9_-]+$/;
+/** Longest tool call id sent: ids are opaque to the model, and Anthropic's own are about 30 characters. */
+const MAX_TOOL_USE_ID = 64;
+
+/**
+ * A tool call id as Messages takes it (`^[a-zA-Z0-9_-]+$`); other providers' ids (`functions.get_weather:0`,
+ * `call:1`) are refused. An id that fits goes as it is; any other has each character outside the set replaced by `_`,
+ * is cut to fit, and ends with a hash of the original: the same id maps alike in a call and its result and on every
+ * turn, and two ids that differ only in replaced characters stay apart. Only Anthropic sees these ids (replies
+ * carry its own).
+ */
+const toolUseId = (id: string): string => {
+  if (id.length <= MAX_TOOL_USE_ID && TOOL_USE_ID.test(id)) return id;
+  const hash = createHash('sha256').update(id).digest('hex').slice(0, 16);
+  return `${id.replace(/[^a-zA-Z0-9_-]/g, '_').slice(0, MAX_TOOL_USE_ID - hash.length - 1)}_${hash}`;
 };
 
 const toTools = (tools: unknown): Json[] => {
@@ -255,11 +382,20 @@ const toTools = (tools: unknown): Json[] => {
       {
         name: fn.name,
         ...(typeof fn.description === 'string' ? { description: fn.description } : {}),
-        // Messages requires a schema; OpenAI lets a function without parameters mean "no arguments".
-        input_schema: fn.parameters ?? { type: 'object', properties: {} },
+        input_schema: inputSchema(fn.parameters),
       },
     ];
   });
+};
+
+/**
+ * Messages requires an object schema that says `type: "object"`; OpenAI lets a function without parameters (or with
+ * `{}`) mean "no arguments", and takes a schema that leaves its type out.
+ */
+const inputSchema = (parameters: unknown): unknown => {
+  if (parameters === undefined || parameters === null) return { type: 'object', properties: {} };
+  if (typeof parameters !== 'object' || Array.isArray(parameters) || 'type' in parameters) return parameters;
+  return { type: 'object', properties: {}, ...parameters };
 };
 
 const toToolChoice = (choice: unknown): Json | null => {
@@ -358,8 +494,10 @@ const OUT_OF_CREDIT = /credit balance is too low/i;
  * - 401 `authentication_error`, 403 `permission_error`, 402 `billing_error`, and the 400 that says our account is
  *   out of credit → `auth`: our key or account is at fault, so the deployment's next key is tried.
  * - 500 `api_error` and other 5xx, 404 (wrong model or base URL), 408, 409 → `server_error`.
- * - 400 `invalid_request_error`, 413 `request_too_large`, other 4xx → `rejected`: not retried, a 400 for
- *   the client, as the openai-compatible adapter does.
+ * - 413 `request_too_large`, and the 400s of a prompt beyond the context window or an image over the size limits →
+ *   `unsupported` (deploymentLimit): this deployment's limits, another may take the request.
+ * - 400 `invalid_request_error`, other 4xx → `rejected`: not retried, a 400 for the client, as the
+ *   openai-compatible adapter does.
  */
 export const anthropicFailureKind = (
   status: number,
@@ -370,8 +508,64 @@ export const anthropicFailureKind = (
   if (status === 401 || status === 402 || status === 403) return 'auth';
   if (status === 400 && message !== null && OUT_OF_CREDIT.test(message)) return 'auth';
   if (status >= 500 || status === 404 || status === 408 || status === 409) return 'server_error';
+  if (deploymentLimit(status, message) !== null) return 'unsupported';
   if (status >= 400) return 'rejected';
   return 'protocol';
+};
+
+/** Anthropic's words for a prompt beyond the context window: "prompt is too long: 208342 tokens > 200000 maximum". */
+const PROMPT_TOO_LONG = /^prompt is too long\b(?::\s*(\d+) tokens\s*>\s*(\d+) maximum)?/i;
+
+/**
+ * …for an image over its size limits: "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: …",
+ * "….image.source.base64.data: At least one of the image dimensions exceed max allowed size: 8000 pixels".
+ */
+const IMAGE_TOO_LARGE =
+  /^messages\.\d+\.content\.\d+\.image\.source\.base64(?:\.data)?:\s*(?:image exceeds|at least one of the image dimensions exceed)/i;
+
+/** What the client is told when every deployment found the request too large (as http.ts words it for OpenAI's 429). */
+const REQUEST_TOO_LARGE: UpstreamErrorBody = {
+  message:
+    "The request is larger than this model's providers accept in one call. Shorten the messages or lower max_tokens.",
+  type: 'invalid_request_error',
+  code: 'request_too_large',
+  param: null,
+};
+
+/** …when every deployment found an image too large (Anthropic's text indexes its own messages, not the client's). */
+const IMAGE_TOO_LARGE_ERROR: UpstreamErrorBody = {
+  message:
+    "An image is larger than this model's providers accept (in bytes or pixels). Send a smaller image.",
+  type: 'invalid_request_error',
+  code: 'invalid_value',
+  param: 'messages',
+};
+
+/**
+ * An Anthropic error that is this deployment's limit, not the request's fault — a prompt beyond its context window,
+ * a request over its size limit (413), an image over its limits: another deployment (a larger window) may serve the
+ * request, so it is `unsupported`. Returns what the client is told should none serve it: for a prompt too long,
+ * OpenAI's `context_length_exceeded` in OpenAI's words (what an OpenAI-compatible deployment passes on). Only
+ * Anthropic's own words are matched, from the start of its message: a message that quotes the request further on
+ * must not turn the request's fault into the deployment's.
+ */
+const deploymentLimit = (status: number, message: string | null): UpstreamErrorBody | null => {
+  if (status === 413) return REQUEST_TOO_LARGE;
+  if (status !== 400 || message === null) return null;
+  const tooLong = PROMPT_TOO_LONG.exec(message);
+  if (tooLong) {
+    const [, tokens, maximum] = tooLong;
+    return {
+      message:
+        tokens !== undefined && maximum !== undefined
+          ? `This model's maximum context length is ${maximum} tokens. However, your messages resulted in ${tokens} tokens. Please reduce the length of the messages.`
+          : "The messages are longer than this model's maximum context length. Please reduce the length of the messages.",
+      type: 'invalid_request_error',
+      code: 'context_length_exceeded',
+      param: 'messages',
+    };
+  }
+  return IMAGE_TOO_LARGE.test(message) ? IMAGE_TOO_LARGE_ERROR : null;
 };
 
 export const anthropicStatusFailure = (
@@ -381,10 +575,15 @@ export const anthropicStatusFailure = (
   retryAfterMs: number | null = null,
 ): UpstreamFailure => {
   const kind = anthropicFailureKind(status, upstreamError?.type ?? null, upstreamError?.message ?? null);
+  const limit = kind === 'unsupported' ? deploymentLimit(status, upstreamError?.message ?? null) : null;
   return new UpstreamFailure(
     kind,
-    `upstream status ${status}${upstreamError?.type ? ` (${upstreamError.type})` : ''}`,
-    { status, upstreamError, retryAfterMs: kind === 'overloaded' ? retryAfterMs : null },
+    `upstream status ${status}${upstreamError?.type ? ` (${upstreamError.type})` : ''}${limit ? ` (${limit.code})` : ''}`,
+    {
+      status,
+      upstreamError: limit ?? upstreamError,
+      retryAfterMs: kind === 'overloaded' ? retryAfterMs : null,
+    },
   );
 };
 
@@ -423,9 +622,12 @@ export const fromMessagesResponse = (
     throw new UpstreamFailure('protocol', 'upstream body is not a Messages response');
   }
   let text: string | null = null;
+  let reasoning: string | null = null;
   const toolCalls: ToolCall[] = [];
   for (const block of message.content as Json[]) {
     if (block?.type === 'text' && typeof block.text === 'string') text = (text ?? '') + block.text;
+    else if (block?.type === 'thinking' && typeof block.thinking === 'string')
+      reasoning = (reasoning ?? '') + block.thinking;
     else if (block?.type === 'tool_use') {
       toolCalls.push({
         id: String(block.id),
@@ -433,7 +635,7 @@ export const fromMessagesResponse = (
         function: { name: String(block.name), arguments: JSON.stringify(block.input ?? {}) },
       });
     }
-    // thinking / redacted_thinking blocks are not part of a chat-completions reply.
+    // redacted_thinking blocks are encrypted: nothing to show.
   }
   const usage = anthropicUsage(message.usage);
   return {
@@ -449,6 +651,8 @@ export const fromMessagesResponse = (
             role: 'assistant',
             content: text,
             refusal: null,
+            // Shown thinking, as OpenAI-compatible upstreams show reasoning (and as it is streamed).
+            ...(reasoning ? { reasoning_content: reasoning } : {}),
             ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
           },
           logprobs: null,
@@ -469,16 +673,28 @@ export interface StreamOptions extends Relabel {
   readonly clientWantsUsage: boolean;
 }
 
+/** Events that carry (or begin) the reply: the first of them opens the client's stream with the role chunk. */
+const OPENING_EVENTS: ReadonlySet<unknown> = new Set([
+  'content_block_start',
+  'content_block_delta',
+  'message_delta',
+  'message_stop',
+]);
+
 /**
  * Turns Messages stream events (the `data` of each SSE event; their `type` field names them) into
  * chat.completion.chunk events, one upstream event at a time:
  *
- * - `message_start` → the role chunk (so the first byte goes out as soon as Anthropic's does);
+ * - `message_start` → nothing yet: the role chunk goes out with the first content event (a `content_block_start`,
+ *   a delta, `message_delta`), so an `error` event before any content (Anthropic reports overloads in-stream, after
+ *   `message_start`) fails the attempt before the first byte and routing falls back;
  * - `content_block_start` of a `tool_use` → a tool-call chunk with id and name; text deltas → content chunks;
- *   `input_json_delta` → tool-call argument chunks (indexed by tool call, not by content block);
+ *   thinking deltas → `reasoning_content` chunks (shown reasoning, as OpenAI-compatible upstreams send it: relayed,
+ *   and counted if the stream is billed on our estimate); `input_json_delta` → tool-call argument chunks (indexed
+ *   by tool call, not by content block);
  * - `message_delta` → the finish_reason chunk; `message_stop` → the usage-only chunk, and the end;
  * - `content_block_stop` of a tool call that streamed no arguments → its arguments `{}`;
- * - `ping`, other `content_block_stop`s, thinking deltas → nothing; `error` → thrown `UpstreamFailure`.
+ * - `ping`, other `content_block_stop`s, signature deltas → nothing; `error` → thrown `UpstreamFailure`.
  *
  * Usage is the merge of `message_start`'s (input side) and `message_delta`'s (cumulative counts).
  */
@@ -491,6 +707,8 @@ export class MessagesStreamTranslator {
   #usage: Json = {};
   /** `message_delta` has arrived: the reply is whole (its stop reason and final counts are in). */
   #replied = false;
+  /** The role chunk has gone out (with the first content event). */
+  #opened = false;
   #finished = false;
   /** Tool calls (by OpenAI index) whose arguments have been sent. */
   readonly #toolsWithArguments = new Set<number>();
@@ -537,12 +755,21 @@ export class MessagesStreamTranslator {
     } catch (error) {
       throw new UpstreamFailure('protocol', 'upstream stream event is not JSON', { cause: error });
     }
+    const events = this.#translate(event);
+    if (this.#opened || !OPENING_EVENTS.has(event.type)) return events;
+    // The first content: the deployment is committed now, not at message_start (see the class comment). Any content
+    // block opens it, a thinking one too: its thinking may take long, and the first-byte timeout must not cut it.
+    this.#opened = true;
+    return [this.#chunk('{"role":"assistant","content":""}'), ...events];
+  }
+
+  #translate(event: Json): ChatStreamEvent[] {
     switch (event.type) {
       case 'message_start': {
         const message = (event.message ?? {}) as Json;
         if (typeof message.id === 'string') this.#setHead(message.id);
         this.#mergeUsage(message.usage);
-        return [this.#chunk('{"role":"assistant","content":""}')];
+        return [];
       }
       case 'content_block_start': {
         const block = (event.content_block ?? {}) as Json;
@@ -550,6 +777,8 @@ export class MessagesStreamTranslator {
           const text = JSON.stringify(block.text);
           return [this.#chunk(`{"content":${text}}`, null, [text.slice(1, -1)])];
         }
+        if (block.type === 'thinking' && typeof block.thinking === 'string' && block.thinking !== '')
+          return [this.#reasoning(block.thinking)];
         if (block.type !== 'tool_use') return [];
         const index = this.#toolIndex.size;
         this.#toolIndex.set(Number(event.index), index);
@@ -563,6 +792,8 @@ export class MessagesStreamTranslator {
           const text = JSON.stringify(delta.text);
           return [this.#chunk(`{"content":${text}}`, null, [text.slice(1, -1)])];
         }
+        if (delta.type === 'thinking_delta' && typeof delta.thinking === 'string' && delta.thinking !== '')
+          return [this.#reasoning(delta.thinking)];
         if (delta.type === 'input_json_delta' && typeof delta.partial_json === 'string') {
           const index = this.#toolIndex.get(Number(event.index));
           if (index === undefined || delta.partial_json === '') return [];
@@ -599,6 +830,12 @@ export class MessagesStreamTranslator {
         // ping and event types added to the API later.
         return [];
     }
+  }
+
+  /** A `reasoning_content` chunk of shown thinking, its text the output it carries. */
+  #reasoning(thinking: string): ChatStreamEvent {
+    const text = JSON.stringify(thinking);
+    return this.#chunk(`{"reasoning_content":${text}}`, null, [text.slice(1, -1)]);
   }
 
   #setHead(id: string): void {

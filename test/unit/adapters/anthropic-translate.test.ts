@@ -5,12 +5,14 @@ import {
   anthropicUsage,
   finishReason,
   fromMessagesResponse,
+  type MessagesMessage,
   MessagesStreamTranslator,
   toMessagesRequest,
 } from '#adapters/upstream/anthropic-translate.ts';
-import { DEFAULT_MAX_TOKENS } from '#core/chat.ts';
+import { type ChatRequest, DEFAULT_MAX_TOKENS, prepareChat, upstreamChatBody } from '#core/chat.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 import type { ChatStreamEvent } from '#core/upstream.ts';
+import { chatModel, deployment, wordCounter } from '#test/fixtures.ts';
 
 type Json = Record<string, unknown>;
 
@@ -34,13 +36,12 @@ const rejectedWith = (fn: () => unknown): UpstreamFailure => {
 };
 
 describe('toMessagesRequest', () => {
-  it('maps the basic fields: model, max_tokens, messages, temperature, top_p, stop, stream', () => {
-    expect(toMessagesRequest(chatBody({ top_p: 0.9, stop: 'END', stream: true }))).toEqual({
+  it('maps the basic fields: model, max_tokens, messages, temperature, stop, stream', () => {
+    expect(toMessagesRequest(chatBody({ stop: 'END', stream: true }))).toEqual({
       model: 'claude-upstream',
       max_tokens: 256,
       messages: [{ role: 'user', content: [{ type: 'text', text: 'hello' }] }],
       temperature: 0.7,
-      top_p: 0.9,
       stop_sequences: ['END'],
       stream: true,
     });
@@ -349,6 +350,311 @@ describe('toMessagesRequest', () => {
   });
 });
 
+/** The Messages request core's upstream body for `request` becomes (the default temperature applied by core). */
+const viaCore = (request: Partial<ChatRequest>): Json =>
+  toMessagesRequest(
+    upstreamChatBody(
+      prepareChat(
+        { model: 'famA-test', messages: [{ role: 'user', content: 'hello' }], ...request },
+        chatModel(),
+        wordCounter,
+      ),
+      deployment({ adapter: 'anthropic' }),
+    ),
+  );
+
+describe('temperature and top_p, which Claude 4.5-era models refuse together', () => {
+  it('sends the client’s top_p alone, without the default temperature core filled in', () => {
+    const out = viaCore({ top_p: 0.9 });
+    expect(out.top_p).toBe(0.9);
+    expect(out).not.toHaveProperty('temperature');
+  });
+
+  it('still sends the default temperature when the client gave neither, and the client’s alone', () => {
+    expect(viaCore({})).toMatchObject({ temperature: 0.7 });
+    expect(viaCore({})).not.toHaveProperty('top_p');
+    expect(viaCore({ temperature: 0.2 })).toMatchObject({ temperature: 0.2 });
+  });
+
+  it('sends a client’s own pair as sent (older models take it; a deployment whose model does not omits top_p)', () => {
+    expect(viaCore({ temperature: 0.2, top_p: 0.9 })).toMatchObject({ temperature: 0.2, top_p: 0.9 });
+  });
+
+  it('leaves out a top_p of 1, a no-op LangChain sends by default, so the client’s temperature goes alone', () => {
+    const out = viaCore({ temperature: 0.2, top_p: 1 });
+    expect(out).toMatchObject({ temperature: 0.2 });
+    expect(out).not.toHaveProperty('top_p');
+    expect(viaCore({ top_p: 1 })).toMatchObject({ temperature: 0.7 });
+  });
+});
+
+describe('thinking in a conversation chat history cannot carry thinking blocks for', () => {
+  const thinking = { type: 'enabled', budget_tokens: 2048 };
+  const call = { id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } };
+  const toolLoop = [
+    { role: 'user', content: 'go' },
+    { role: 'assistant', content: null, tool_calls: [call] },
+    { role: 'tool', tool_call_id: 'call_1', content: 'done' },
+  ];
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+
+  it('leaves thinking out of a tool-loop continuation, and what only thinking required with it', () => {
+    const out = toMessagesRequest(chatBody({ thinking, max_tokens: 4096, messages: toolLoop }));
+    expect(out).not.toHaveProperty('thinking');
+    // Sampling as without thinking.
+    expect(out.temperature).toBe(0.7);
+    // A cap too small for a thinking budget, and a forced tool call, are no longer in the way.
+    expect(toMessagesRequest(chatBody({ thinking, max_tokens: 500, messages: toolLoop }))).not.toHaveProperty(
+      'thinking',
+    );
+    expect(
+      toMessagesRequest(chatBody({ thinking, messages: toolLoop, tools, tool_choice: 'required' }))
+        .tool_choice,
+    ).toEqual({ type: 'any' });
+    // Tool results and a user's text in one turn still continue the loop.
+    const withText = [...toolLoop, { role: 'user', content: 'and then?' }];
+    expect(
+      toMessagesRequest(chatBody({ thinking, max_tokens: 4096, messages: withText })),
+    ).not.toHaveProperty('thinking');
+  });
+
+  it('leaves thinking out of a prefill (a conversation that ends on an assistant message)', () => {
+    const prefill = [
+      { role: 'user', content: 'go' },
+      { role: 'assistant', content: 'Sure,' },
+    ];
+    expect(toMessagesRequest(chatBody({ thinking, max_tokens: 4096, messages: prefill }))).not.toHaveProperty(
+      'thinking',
+    );
+  });
+
+  it('keeps thinking for a conversation that ends on the user’s own words', () => {
+    const next = [
+      ...toolLoop,
+      { role: 'assistant', content: 'Done.' },
+      { role: 'user', content: 'Thanks, now this.' },
+    ];
+    expect(toMessagesRequest(chatBody({ thinking, max_tokens: 4096, messages: next })).thinking).toEqual(
+      thinking,
+    );
+  });
+});
+
+describe('stop sequences', () => {
+  it.each([['\n'], [['', 'END']], [[' \t', 'END']]])(
+    'cannot send a stop sequence without a non-whitespace character (%j): unsupported, naming stop',
+    (stop) => {
+      const failure = rejectedWith(() => toMessagesRequest(chatBody({ stop })));
+      expect(failure.kind).toBe('unsupported');
+      expect(failure.upstreamError?.param).toBe('stop');
+      expect(failure.upstreamError?.message).toMatch(/non-whitespace/);
+    },
+  );
+
+  it('sends stop sequences with whitespace around other characters as they are', () => {
+    expect(toMessagesRequest(chatBody({ stop: ['\nUser:', ' END '] })).stop_sequences).toEqual([
+      '\nUser:',
+      ' END ',
+    ]);
+  });
+});
+
+describe('whitespace-only text', () => {
+  it('sends no system text that is only whitespace', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'system', content: ' \n ' },
+          { role: 'user', content: 'hi' },
+        ],
+      }),
+    );
+    expect(out).not.toHaveProperty('system');
+  });
+
+  it('leaves out text blocks that are only whitespace', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: ' \n ' },
+              { type: 'text', text: 'hi' },
+            ],
+          },
+        ],
+      }),
+    );
+    expect(out.messages).toEqual([{ role: 'user', content: [{ type: 'text', text: 'hi' }] }]);
+  });
+
+  it('drops an assistant turn left with nothing, merging the user turns around it', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: '  \n' },
+          { role: 'user', content: 'again' },
+        ],
+      }),
+    );
+    expect(out.messages).toEqual([
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'hi' },
+          { type: 'text', text: 'again' },
+        ],
+      },
+    ]);
+  });
+
+  it('trims the end of a final assistant message (a prefill), and only of that one', () => {
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: 'Hello! ' },
+          { role: 'user', content: 'Count to three.' },
+          { role: 'assistant', content: [{ type: 'text', text: ' One, two, \n' }] },
+        ],
+      }),
+    );
+    expect((out.messages as MessagesMessage[]).map((m) => m.content)).toEqual([
+      [{ type: 'text', text: 'hi' }],
+      [{ type: 'text', text: 'Hello! ' }],
+      [{ type: 'text', text: 'Count to three.' }],
+      [{ type: 'text', text: ' One, two,' }],
+    ]);
+  });
+});
+
+describe('tool call ids', () => {
+  const ANTHROPIC_ID = /^[a-zA-Z0-9_-]+$/;
+  const loop = (id: string) => [
+    { role: 'user', content: 'go' },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id, type: 'function', function: { name: 'f', arguments: '{}' } }],
+    },
+    { role: 'tool', tool_call_id: id, content: 'done' },
+  ];
+  /** The tool_use id and the tool_result's tool_use_id sent for a loop whose call has `id`. */
+  const sentIds = (id: string) => {
+    const [, assistant, results] = toMessagesRequest(chatBody({ messages: loop(id) })).messages as {
+      content: { id?: string; tool_use_id?: string }[];
+    }[];
+    return { use: assistant?.content[0]?.id, result: results?.content[0]?.tool_use_id };
+  };
+
+  it('keeps ids Anthropic takes as they are', () => {
+    expect(sentIds('call_Ab-9')).toEqual({ use: 'call_Ab-9', result: 'call_Ab-9' });
+  });
+
+  it.each(['functions.get_weather:0', 'call:1', 'a b/c'])(
+    'maps an id other providers write (%s) to one Anthropic takes, alike in the call and its result',
+    (id) => {
+      const { use, result } = sentIds(id);
+      expect(use).toMatch(ANTHROPIC_ID);
+      expect(result).toBe(use);
+      // Deterministic: a later turn replaying the same history maps it alike.
+      expect(sentIds(id)).toEqual({ use, result });
+    },
+  );
+
+  it('maps without collisions: an id that differs only in a replaced character, or an id already valid', () => {
+    const ids = ['call:1', 'call.1', 'call_1'].map((id) => sentIds(id).use);
+    expect(new Set(ids).size).toBe(3);
+    expect(ids[2]).toBe('call_1');
+  });
+
+  it('caps the length of a mapped id', () => {
+    const { use } = sentIds(`x:${'y'.repeat(300)}`);
+    expect(use).toMatch(ANTHROPIC_ID);
+    expect(use?.length).toBeLessThanOrEqual(64);
+    expect(sentIds(`x:${'y'.repeat(300)}`).use).not.toBe(sentIds(`x:${'y'.repeat(299)}z`).use);
+  });
+});
+
+describe('image data URLs', () => {
+  const base64 = (bytes: string) => Buffer.from(bytes, 'latin1').toString('base64');
+  const JPEG = base64('\xff\xd8\xff\xe0\x00\x10JFIF\x00');
+  const PNG = base64('\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR');
+  const GIF = base64('GIF89a\x01\x00\x01\x00');
+  const WEBP = base64('RIFF\x24\x00\x00\x00WEBPVP8 ');
+  const imageSent = (url: string): unknown => {
+    const out = toMessagesRequest(
+      chatBody({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }] }),
+    ) as { messages: { content: { source: unknown }[] }[] };
+    return out.messages[0]?.content[0]?.source;
+  };
+
+  it.each([
+    ['image/jpg', 'JPEG', 'image/jpeg', JPEG],
+    ['image/pjpeg', 'JPEG', 'image/jpeg', JPEG],
+    ['image/jpeg', 'JPEG', 'image/jpeg', JPEG],
+    ['image/png', 'PNG', 'image/png', PNG],
+    ['image/gif', 'GIF', 'image/gif', GIF],
+    ['image/webp', 'WebP', 'image/webp', WEBP],
+    // Anthropic checks the bytes against the declared type: the bytes' type is sent.
+    ['image/png', 'JPEG', 'image/jpeg', JPEG],
+    ['image/jpeg', 'WebP', 'image/webp', WEBP],
+    ['application/octet-stream', 'GIF', 'image/gif', GIF],
+  ])('sends a data URL declared %s of %s bytes as %s', (declared, _, sent, data) => {
+    expect(imageSent(`data:${declared};base64,${data}`)).toEqual({ type: 'base64', media_type: sent, data });
+  });
+
+  it('refuses an image whose bytes are none of JPEG, PNG, GIF, WebP, naming it', () => {
+    for (const data of [base64('BM\x3a\x00\x00\x00\x00\x00'), base64('RIFF\x24\x00\x00\x00WAVEfmt '), '']) {
+      const failure = rejectedWith(() =>
+        toMessagesRequest(
+          chatBody({
+            messages: [
+              {
+                role: 'user',
+                content: [
+                  { type: 'text', text: 'what?' },
+                  { type: 'image_url', image_url: { url: `data:image/png;base64,${data}` } },
+                ],
+              },
+            ],
+          }),
+        ),
+      );
+      expect(failure.kind).toBe('unsupported');
+      expect(failure.upstreamError).toMatchObject({ param: 'messages[0].content[1]', code: 'invalid_value' });
+      expect(failure.upstreamError?.message).toMatch(/messages\[0\]\.content\[1\]/);
+    }
+  });
+
+  it('leaves URL images as they are', () => {
+    expect(imageSent('https://example.com/cat.bmp')).toEqual({
+      type: 'url',
+      url: 'https://example.com/cat.bmp',
+    });
+  });
+});
+
+describe('tool parameter schemas', () => {
+  it('gives a schema without a type the `type: "object"` Anthropic requires', () => {
+    const tools = [
+      { type: 'function', function: { name: 'empty', parameters: {} } },
+      {
+        type: 'function',
+        function: { name: 'untyped', parameters: { properties: { a: { type: 'string' } } } },
+      },
+      { type: 'function', function: { name: 'typed', parameters: { type: 'object', required: [] } } },
+    ];
+    expect(toMessagesRequest(chatBody({ tools })).tools).toEqual([
+      { name: 'empty', input_schema: { type: 'object', properties: {} } },
+      { name: 'untyped', input_schema: { type: 'object', properties: { a: { type: 'string' } } } },
+      { name: 'typed', input_schema: { type: 'object', required: [] } },
+    ]);
+  });
+});
+
 const relabel = { publicModel: 'famC-k3', created: 1_700_000_000 };
 
 const message = (extra: Json = {}): Json => ({
@@ -396,23 +702,26 @@ describe('fromMessagesResponse', () => {
     });
   });
 
-  it('turns tool_use blocks into tool_calls with JSON arguments, and skips thinking blocks', () => {
+  it('turns tool_use blocks into tool_calls with JSON arguments, and thinking into reasoning_content', () => {
     const { body } = fromMessagesResponse(
       message({
         content: [
           { type: 'thinking', thinking: 'hmm', signature: 's' },
+          { type: 'redacted_thinking', data: 'opaque' },
           { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } },
         ],
         stop_reason: 'tool_use',
       }),
       relabel,
     );
+    // Shown reasoning is relayed as OpenAI-compatible upstreams' is (and counted if we must estimate usage).
     expect((body.choices as Json[])[0]).toEqual({
       index: 0,
       message: {
         role: 'assistant',
         content: null,
         refusal: null,
+        reasoning_content: 'hmm',
         tool_calls: [
           {
             id: 'toolu_1',
@@ -485,7 +794,8 @@ describe('anthropicFailureKind', () => {
     [403, 'permission_error', 'auth'],
     [402, 'billing_error', 'auth'],
     [400, 'invalid_request_error', 'rejected'],
-    [413, 'request_too_large', 'rejected'],
+    // Larger than this deployment takes in one call: another may take it.
+    [413, 'request_too_large', 'unsupported'],
   ] as const)('reads %i %s as %s', (status, type, kind) => {
     expect(anthropicFailureKind(status, type)).toBe(kind);
   });
@@ -512,6 +822,58 @@ describe('anthropicFailureKind', () => {
       kind: 'server_error',
       retryAfterMs: null,
     });
+  });
+
+  it('reads a prompt longer than the deployment’s window as its limit, told as context_length_exceeded', () => {
+    const failure = anthropicStatusFailure(400, {
+      message: 'prompt is too long: 208342 tokens > 200000 maximum',
+      type: 'invalid_request_error',
+      code: null,
+      param: null,
+    });
+    // 'unsupported': a deployment with a larger window may serve it; only if none can does the client get this.
+    expect(failure).toMatchObject({ kind: 'unsupported', status: 400 });
+    expect(failure.upstreamError).toEqual({
+      message:
+        "This model's maximum context length is 200000 tokens. However, your messages resulted in 208342 tokens. Please reduce the length of the messages.",
+      type: 'invalid_request_error',
+      code: 'context_length_exceeded',
+      param: 'messages',
+    });
+  });
+
+  it('reads a request or an image over the deployment’s size limits as its limits', () => {
+    const tooLarge = anthropicStatusFailure(413, {
+      message: 'Request exceeds the maximum allowed number of bytes.',
+      type: 'request_too_large',
+      code: null,
+      param: null,
+    });
+    expect(tooLarge).toMatchObject({ kind: 'unsupported', upstreamError: { code: 'request_too_large' } });
+    for (const message of [
+      'messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: 7340032 bytes > 5242880 bytes',
+      'messages.2.content.0.image.source.base64.data: At least one of the image dimensions exceed max allowed size: 8000 pixels',
+    ]) {
+      const image = anthropicStatusFailure(400, {
+        message,
+        type: 'invalid_request_error',
+        code: null,
+        param: null,
+      });
+      expect(image.kind).toBe('unsupported');
+      expect(image.upstreamError?.message).toMatch(/image/i);
+    }
+  });
+
+  it('matches only the provider’s own words: a message that quotes the request further on stays a rejection', () => {
+    const failure = anthropicStatusFailure(400, {
+      message:
+        'tools.0.custom.name: String should match pattern; got "prompt is too long: 1 tokens > 0 maximum"',
+      type: 'invalid_request_error',
+      code: null,
+      param: null,
+    });
+    expect(failure.kind).toBe('rejected');
   });
 
   it('keeps the upstream’s message for the client on a rejection', () => {
@@ -690,16 +1052,71 @@ describe('MessagesStreamTranslator', () => {
     expect(JSON.parse(args)).toEqual({});
   });
 
-  it('yields nothing for ping, block stops and thinking deltas', () => {
-    const { out } = translate([
+  it('holds the role chunk until the first content: message_start and ping commit nothing', () => {
+    const translator = new MessagesStreamTranslator({ ...relabel, clientWantsUsage: false });
+    expect(translator.translate(JSON.stringify(start()))).toEqual([]);
+    expect(translator.translate(JSON.stringify({ type: 'ping' }))).toEqual([]);
+    const first = translator.translate(
+      JSON.stringify({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi' } }),
+    );
+    expect(
+      first.map((e) => (JSON.parse(e.data) as { choices: { delta: unknown }[] }).choices[0]?.delta),
+    ).toEqual([{ role: 'assistant', content: '' }, { content: 'Hi' }]);
+    // The role chunk goes out once.
+    expect(translator.translate(JSON.stringify({ type: 'content_block_stop', index: 0 }))).toEqual([]);
+  });
+
+  it('commits on any content block start, a thinking one included (the thinking may take long)', () => {
+    const { chunks } = translate([
+      start(),
+      { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } },
+    ]);
+    expect(chunks).toEqual([
+      expect.objectContaining({
+        choices: [expect.objectContaining({ delta: { role: 'assistant', content: '' } })],
+      }),
+    ]);
+  });
+
+  it('relays thinking as reasoning_content, its text counted as output; ping, signatures, block stops yield nothing', () => {
+    const { out, chunks } = translate([
+      start(),
       { type: 'ping' },
       { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } },
-      { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'hmm' } },
+      {
+        type: 'content_block_delta',
+        index: 0,
+        delta: { type: 'thinking_delta', thinking: 'Let me "think"' },
+      },
       { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'x' } },
       { type: 'content_block_stop', index: 0 },
+      { type: 'content_block_start', index: 1, content_block: { type: 'redacted_thinking', data: 'opaque' } },
+      { type: 'content_block_stop', index: 1 },
     ]);
-    expect(out).toEqual([]);
+    expect(chunks.map((c) => (c.choices as { delta: unknown }[])[0]?.delta)).toEqual([
+      { role: 'assistant', content: '' },
+      { reasoning_content: 'Let me "think"' },
+    ]);
+    // As written in the chunk (JSON string contents), as every output piece is.
+    expect(out.map((e) => e.output)).toEqual([[], ['Let me \\"think\\"']]);
   });
+
+  it.each([
+    ['overloaded_error', 'overloaded'],
+    ['api_error', 'server_error'],
+  ])(
+    'throws an error event (%s) before any content as a failure of kind %s, nothing yet given out',
+    (type, kind) => {
+      const translator = new MessagesStreamTranslator({ ...relabel, clientWantsUsage: false });
+      const given = [start(), { type: 'ping' }].flatMap((e) => translator.translate(JSON.stringify(e)));
+      expect(given).toEqual([]);
+      const failure = rejectedWith(() =>
+        translator.translate(JSON.stringify({ type: 'error', error: { type, message: 'Overloaded' } })),
+      );
+      expect(failure.kind).toBe(kind);
+      expect(failure.upstreamError?.message).toBe('Overloaded');
+    },
+  );
 
   it('sends no usage chunk when the upstream reported no usage', () => {
     const { out, finished } = translate([
@@ -708,19 +1125,6 @@ describe('MessagesStreamTranslator', () => {
     ]);
     expect(finished).toBe(true);
     expect(out).toHaveLength(1);
-  });
-
-  it.each([
-    ['overloaded_error', 'overloaded'],
-    ['api_error', 'server_error'],
-  ])('throws an error event (%s) as an UpstreamFailure of kind %s', (type, kind) => {
-    const translator = new MessagesStreamTranslator({ ...relabel, clientWantsUsage: false });
-    translator.translate(JSON.stringify(start()));
-    const failure = rejectedWith(() =>
-      translator.translate(JSON.stringify({ type: 'error', error: { type, message: 'Overloaded' } })),
-    );
-    expect(failure.kind).toBe(kind);
-    expect(failure.upstreamError?.message).toBe('Overloaded');
   });
 
   it('throws a protocol fault for an event that is not JSON', () => {

@@ -8,6 +8,7 @@ import {
   LANGUAGE_SYSTEM_MESSAGE,
   prepareChat,
   promptCeiling,
+  temperatureIsDefault,
   upstreamChatBody,
 } from '#core/chat.ts';
 import { InvalidRequestError } from '#core/errors.ts';
@@ -293,6 +294,22 @@ describe('the upstream body', () => {
       top_p: 0.9,
       stop: ['END'],
     });
+  });
+
+  it('tells an adapter whether the temperature is our default, while still sending it', () => {
+    const defaulted = upstreamChatBody(
+      prepareChat(request({ top_p: 0.9 }), chatModel(), wordCounter),
+      deployment(),
+    );
+    // OpenAI-compatible deployments get what they always did.
+    expect(defaulted).toMatchObject({ temperature: DEFAULT_TEMPERATURE, top_p: 0.9 });
+    expect(temperatureIsDefault(defaulted)).toBe(true);
+    const given = prepareChat(
+      request({ temperature: DEFAULT_TEMPERATURE, top_p: 0.9 }),
+      chatModel(),
+      wordCounter,
+    );
+    expect(temperatureIsDefault(upstreamChatBody(given, deployment()))).toBe(false);
   });
 
   it('keeps the client temperature, including 0', () => {

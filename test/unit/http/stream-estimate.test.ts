@@ -1,4 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
+import { MessagesStreamTranslator } from '#adapters/upstream/anthropic-translate.ts';
 import { outputOf } from '#adapters/upstream/openai-compatible.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { prepareChat } from '#core/chat.ts';
@@ -141,5 +142,33 @@ describe('a stream billed on our count', () => {
     }
     expect(seen).toEqual([5_000_000]);
     expect(call.settlement().usage).toMatchObject({ promptTokens: 9, completionTokens: 8 });
+  });
+});
+
+describe('an Anthropic stream billed on our count', () => {
+  it('counts the thinking it relayed (Anthropic bills thinking as output)', async () => {
+    const translator = new MessagesStreamTranslator({
+      publicModel: 'famA-test',
+      created: 0,
+      clientWantsUsage: false,
+    });
+    const thinking = (text: string) => ({
+      type: 'content_block_delta',
+      index: 0,
+      delta: { type: 'thinking_delta', thinking: text },
+    });
+    // The thinking, then the stream ends with no usage report (as our relay sees a cut one).
+    const events = [
+      { type: 'message_start', message: { id: 'msg_1' } },
+      { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } },
+      thinking('The user wants a short answer,'),
+      thinking(' so I keep it brief.\n'),
+    ].flatMap((event) => translator.translate(JSON.stringify(event)));
+    const call = new CallRecorder('chat.completions', 'req_thinking', { now: () => Date.now() });
+    for await (const _ of chatEventStream(stallingUpstream(events), prepared(), call, wordCounter)) {
+      // read to the end
+    }
+    // 6 + 5 words of thinking.
+    expect(call.settlement()).toMatchObject({ usage: { completionTokens: 11, source: 'estimated' } });
   });
 });
