@@ -150,7 +150,9 @@ void stack.lost.then(async (error) => {
   stoppingSince = Date.now();
   console.error(`npm start: ${error.message}; stopping`);
   rmSync(STACK_FILE, { force: true });
-  await stack?.stop().catch(() => {});
+  // A short drain: what still runs may still finish and settle (an external upstream's streams when only the
+  // simulator died); when the store or the queue is gone, it ends at the grace's end.
+  await stack?.stop({ graceMs: Math.min(shutdownGraceMs, 5_000) }).catch(() => {});
   process.exit(1);
 });
 

@@ -89,11 +89,12 @@ const lockDataDir = (dir: string): (() => void) => {
   for (let attempt = 0; ; attempt++) {
     try {
       writeFileSync(file, `${process.pid} ${startTimeOf(process.pid) ?? ''}`, { flag: 'wx' });
+      heldHere.add(file);
       break;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 2) throw error;
       const holder = readFileSync(file, 'utf8');
-      if (holdsDataDir(holder))
+      if (holdsDataDir(holder, file))
         throw new Error(
           `DATA_DIR ${dir} is in use by another npm start (pid ${holder.trim().split(' ')[0]}): stop it first, or use another DATA_DIR`,
         );
@@ -101,6 +102,7 @@ const lockDataDir = (dir: string): (() => void) => {
     }
   }
   return () => {
+    heldHere.delete(file);
     try {
       if (readFileSync(file, 'utf8').trim().split(' ')[0] === String(process.pid))
         rmSync(file, { force: true });
@@ -109,6 +111,9 @@ const lockDataDir = (dir: string): (() => void) => {
     }
   };
 };
+
+/** The pid files of the DATA_DIRs this process holds (a stack can be started in-process, as tests do). */
+const heldHere = new Set<string>();
 
 /** A process's start time (clock ticks since boot, /proc/<pid>/stat's 22nd field), where Linux's /proc tells it. */
 const startTimeOf = (pid: number): string | null => {
@@ -127,10 +132,13 @@ const startTimeOf = (pid: number): string | null => {
  * process, often), and after a reboot any process may have it. Where the start time can be compared, it decides;
  * elsewhere a running process is taken for the holder.
  */
-const holdsDataDir = (holder: string): boolean => {
+const holdsDataDir = (holder: string, file: string): boolean => {
   const [pidText, started] = holder.trim().split(' ');
   const pid = Number(pidText);
   if (!Number.isInteger(pid) || pid <= 0 || !running(pid)) return false;
+  // This very process: it holds the directory only if it wrote the file itself (a stack started in-process twice);
+  // otherwise the file is a former process's that had this pid.
+  if (pid === process.pid) return heldHere.has(file);
   const now = startTimeOf(pid);
   return started === undefined || started === '' || now === null || now === started;
 };

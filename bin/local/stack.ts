@@ -355,6 +355,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       );
       workers.push(worker);
       stops.push(() => worker.stop());
+      losses.push(worker.lost);
     }
     return {
       url: `http://${host}:${port}`,

@@ -133,20 +133,26 @@ describe('DATA_DIR left marked in use by a process that is gone', () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-data-'));
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
-  it('is taken over when the pid it names is reused by another process, this one included', async () => {
-    // A container killed mid-run leaves its pid file; the next container's npm start often gets the same pid.
-    writeFileSync(join(dataDir, 'in-use.pid'), `${process.pid} 1`);
-    const stack = await startLocalStack({ port: 0, dataDir, functionEnv: { LOG_LEVEL: 'silent' } });
-    try {
-      expect(readFileSync(join(dataDir, 'in-use.pid'), 'utf8').split(' ')[0]).toBe(String(process.pid));
-      // And while it runs, the directory is this stack's.
-      await expect(
-        startLocalStack({ port: 0, dataDir, functionEnv: { LOG_LEVEL: 'silent' } }),
-      ).rejects.toThrow(/is in use by another npm start/);
-    } finally {
-      await stack.stop();
-    }
-  });
+  it.each([
+    ['with another start time', ` 1`],
+    ['written before start times were kept', ''],
+  ])(
+    'is taken over when the pid it names is reused by another process, this one included (%s)',
+    async (_, rest) => {
+      // A container killed mid-run leaves its pid file; the next container's npm start often gets the same pid.
+      writeFileSync(join(dataDir, 'in-use.pid'), `${process.pid}${rest}`);
+      const stack = await startLocalStack({ port: 0, dataDir, functionEnv: { LOG_LEVEL: 'silent' } });
+      try {
+        expect(readFileSync(join(dataDir, 'in-use.pid'), 'utf8').split(' ')[0]).toBe(String(process.pid));
+        // And while it runs, the directory is this stack's.
+        await expect(
+          startLocalStack({ port: 0, dataDir, functionEnv: { LOG_LEVEL: 'silent' } }),
+        ).rejects.toThrow(/is in use by another npm start/);
+      } finally {
+        await stack.stop();
+      }
+    },
+  );
 });
 
 describe('DATA_DIR kept while the way of starting changes', () => {
