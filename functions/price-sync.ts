@@ -47,11 +47,10 @@ export const createHandler = (container: () => Container) =>
     const plan = planPriceSync(models, deployments, prices, c.config.priceMinMargin);
     const updated: string[] = [];
     for (const d of plan.updated) {
-      // Only the cost is written, and only while the deployment is still active (see DynamoRegistry.setCost).
-      if (await c.registryStore.setCost(d, d.cost as Rates)) {
-        updated.push(d.id);
-        c.log.info('upstream cost updated', { deployment: d.id, cost: d.cost });
-      }
+      // Only the synced price is written, in an item of its own (DynamoRegistry.setSyncedCost).
+      await c.registryStore.setSyncedCost(d, d.syncedCost as Rates, c.clock.now());
+      updated.push(d.id);
+      c.log.info('upstream price synced', { deployment: d.id, syncedCost: d.syncedCost });
     }
     for (const r of plan.republished) c.log.info('published rates changed', r);
     return {

@@ -131,8 +131,8 @@ export const functions = {
   },
   'price-sync': {
     trigger: schedule('priceSync'),
-    // Reads providers' price lists with their keys; writes the deployments' upstream costs.
-    uses: { tables: { registry: ['Scan', 'UpdateItem'] }, providerSecrets: true },
+    // Reads providers' price lists with their keys; writes each deployment's synced price, an item of its own.
+    uses: { tables: { registry: ['Scan', 'PutItem'] }, providerSecrets: true },
     timeoutSeconds: 300,
   },
   'usage-report': {

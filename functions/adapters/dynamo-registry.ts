@@ -16,7 +16,7 @@ import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
 import type { Clock } from '#core/ports.ts';
 import { Catalog, type Deployment, type Model, type Rates } from '#core/registry.ts';
 import type { Logger } from './logger.ts';
-import { deploymentSchema, describeIssues, modelSchema } from './registry-codec.ts';
+import { deploymentSchema, describeIssues, modelSchema, ratesSchema } from './registry-codec.ts';
 
 /**
  * Registry items: `pk = model#<id>` with `sk = model` for the model and `sk = deployment#<id>` for each of
@@ -30,6 +30,7 @@ const deploymentKey = (d: Pick<Deployment, 'model' | 'id'>) => ({
 
 export interface RegistryContents {
   readonly models: Model[];
+  /** As stored, with their synced prices (`syncedCost`) beside them: see `documents` for what an operator wrote. */
   readonly deployments: Deployment[];
   /** Items that failed validation: skipped, and reported so an operator can fix them. */
   readonly invalid: string[];
@@ -57,10 +58,17 @@ export class DynamoRegistry {
     const models: Model[] = [];
     const deployments: Deployment[] = [];
     const invalid: string[] = [];
+    const synced = new Map<string, Rates>();
     // The registry is small (hundreds of items): a full scan per refresh is cheaper than any index.
     for await (const page of paginateScan({ client: this.#client }, { TableName: this.#table })) {
       for (const item of page.Items ?? []) {
         const { pk, sk, ...doc } = unmarshall(item);
+        if (typeof sk === 'string' && sk.startsWith(SYNCED_PREFIX)) {
+          const rates = ratesSchema.safeParse(doc.rates);
+          if (rates.success) synced.set(`${pk}/${sk.slice(SYNCED_PREFIX.length)}`, rates.data as Rates);
+          else invalid.push(`${pk}/${sk}: ${describeIssues(rates.error)}`);
+          continue;
+        }
         const schema = sk === 'model' ? modelSchema : deploymentSchema;
         const parsed = schema.safeParse(doc);
         if (!parsed.success) invalid.push(`${pk}/${sk}: ${describeIssues(parsed.error)}`);
@@ -68,7 +76,14 @@ export class DynamoRegistry {
         else deployments.push(parsed.data as Deployment);
       }
     }
-    return { models, deployments, invalid };
+    return {
+      models,
+      deployments: deployments.map((d) => {
+        const syncedCost = synced.get(`model#${d.model}/${d.id}`);
+        return syncedCost ? { ...d, syncedCost } : d;
+      }),
+      invalid,
+    };
   }
 
   /** Upserts models and deployments (25 per batch, retrying unprocessed items). */
@@ -77,9 +92,7 @@ export class DynamoRegistry {
       ...models.map((m) => ({
         PutRequest: { Item: marshall({ ...modelKey(m.id), ...listed(m) }, { removeUndefinedValues: true }) },
       })),
-      ...deployments.map((d) => ({
-        PutRequest: { Item: marshall({ ...deploymentKey(d), ...d }, { removeUndefinedValues: true }) },
-      })),
+      ...deployments.map((d) => ({ PutRequest: { Item: deploymentItem(d) } })),
     ];
     for (let i = 0; i < requests.length; i += 25) {
       let batch: WriteRequest[] | undefined = requests.slice(i, i + 25);
@@ -202,26 +215,21 @@ export class DynamoRegistry {
    * Sets an active deployment's upstream cost, and nothing else: an operator's concurrent edit (weight,
    * retirement) is never overwritten by the price sync. False when the deployment is gone or retired.
    */
-  async setCost(deployment: Pick<Deployment, 'model' | 'id'>, cost: Rates): Promise<boolean> {
-    try {
-      await this.#client.send(
-        new UpdateItemCommand({
-          TableName: this.#table,
-          Key: marshall(deploymentKey(deployment)),
-          UpdateExpression: 'SET #cost = :cost',
-          ConditionExpression: 'attribute_exists(pk) AND #status = :active',
-          ExpressionAttributeNames: { '#cost': 'cost', '#status': 'status' },
-          ExpressionAttributeValues: marshall(
-            { ':cost': cost, ':active': 'active' },
-            { removeUndefinedValues: true },
-          ),
-        }),
-      );
-      return true;
-    } catch (error) {
-      if (error instanceof ConditionalCheckFailedException) return false;
-      throw error;
-    }
+  /**
+   * Stores a deployment's synced price (the price sync's): an item of its own beside the deployment's document, so
+   * that operator writes, which replace the document whole, never touch it, and it never touches theirs.
+   */
+  async setSyncedCost(deployment: Pick<Deployment, 'model' | 'id'>, rates: Rates, at: number): Promise<void> {
+    const { pk } = deploymentKey(deployment);
+    await this.#client.send(
+      new PutItemCommand({
+        TableName: this.#table,
+        Item: marshall(
+          { pk, sk: `${SYNCED_PREFIX}${deployment.id}`, rates, at },
+          { removeUndefinedValues: true },
+        ),
+      }),
+    );
   }
 
   async #setStatus(
@@ -271,8 +279,14 @@ export class RegistryConflictError extends Error {
 
 const modelItem = (m: Model) =>
   marshall({ ...modelKey(m.id), ...listed(m) }, { removeUndefinedValues: true });
-const deploymentItem = (d: Deployment) =>
-  marshall({ ...deploymentKey(d), ...d }, { removeUndefinedValues: true });
+/** A deployment's document as an operator wrote it: its synced price lives in an item of its own. */
+const deploymentItem = (d: Deployment) => {
+  const { syncedCost: _synced, ...document } = d;
+  return marshall({ ...deploymentKey(document), ...document }, { removeUndefinedValues: true });
+};
+
+/** Sort key prefix of a deployment's synced price, in its model's partition (`synced#<deployment id>`). */
+const SYNCED_PREFIX = 'synced#';
 
 const parseItem = (
   item: Record<string, AttributeValue>,

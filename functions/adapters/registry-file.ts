@@ -350,6 +350,12 @@ export interface LoadPlan {
  * name them stay meaningful. A deployment is stored under its model, so a file that moves one to another model
  * is refused (give it a new id) rather than leaving two entries with the same id.
  */
+/** A deployment as an operator writes it: without the synced price the price sync keeps beside it. */
+const documentOf = (d: Deployment): Deployment => {
+  const { syncedCost: _synced, ...document } = d;
+  return document;
+};
+
 export const planLoad = (current: Registry, file: Registry, options: { replace: boolean }): LoadPlan => {
   const conflicts: string[] = [];
   const currentDeployments = new Map(current.deployments.map((d) => [d.id, d]));
@@ -363,7 +369,8 @@ export const planLoad = (current: Registry, file: Registry, options: { replace: 
     }
   });
   const models = diff(current.models, file.models, options.replace);
-  const deployments = diff(current.deployments, file.deployments, options.replace);
+  // Synced prices are the price sync's, beside the documents a file writes: not part of the comparison.
+  const deployments = diff(current.deployments.map(documentOf), file.deployments, options.replace);
   return {
     models: models.write,
     deployments: deployments.write,
@@ -432,7 +439,7 @@ export const toRegistryFile = (
     deployments: [...registry.deployments]
       .sort((a, b) => compare(a.model, b.model) || a.priority - b.priority || compare(a.id, b.id))
       .map((d) => {
-        const parsed = deploymentSchema.parse(d) as Deployment;
+        const parsed = deploymentSchema.parse(documentOf(d)) as Deployment;
         return { ...parsed, baseUrl: portable(parsed.baseUrl) };
       }),
   };

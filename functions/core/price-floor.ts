@@ -12,8 +12,9 @@ const ceilToMicro = (usd: number): number => Math.ceil(Math.round(usd * 1e9) / 1
 
 /**
  * The published rates of a model: per rate, the larger of the list rate and every active deployment's
- * upstream cost × (1 + margin). A deployment that does not report a cost for a rate sets no floor for it
- * (the operator's list rate stands). Free models stay free: their cost is the platform's choice to absorb.
+ * upstream cost × (1 + margin) — its configured cost or the provider's synced price, whichever is higher (ADR
+ * 0006). A deployment that reports neither for a rate sets no floor for it (the operator's list rate stands); one
+ * drained to weight 0 sets none at all. Free models stay free: their cost is the platform's choice to absorb.
  * Only rates the model lists are published; cached input without its own rate is billed at the input rate,
  * which already covers it.
  */
@@ -25,8 +26,10 @@ export const publishedRates = (model: Model, deployments: readonly Deployment[],
     if (list === undefined) continue;
     let rate = list;
     for (const d of deployments) {
-      const cost = d.status === 'active' ? d.cost?.[name] : undefined;
-      if (cost !== undefined) rate = Math.max(rate, ceilToMicro(cost * (1 + margin)));
+      // A deployment drained to weight 0 is never routed to: its price must not raise what every call pays.
+      if (d.status !== 'active' || d.weight <= 0) continue;
+      for (const upstream of [d.cost?.[name], d.syncedCost?.[name]])
+        if (upstream !== undefined) rate = Math.max(rate, ceilToMicro(upstream * (1 + margin)));
     }
     published[name] = rate;
   }

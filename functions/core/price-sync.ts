@@ -1,6 +1,6 @@
 import { Catalog, type Deployment, type Model, type Rates } from './registry.ts';
 
-/** What one sync learned: deployments whose upstream cost changed, and the published rates that moved. */
+/** What one sync learned: deployments whose synced price changed, and the published rates that moved. */
 export interface PriceSyncPlan {
   readonly updated: Deployment[];
   readonly republished: { readonly model: string; readonly before: Rates; readonly after: Rates }[];
@@ -10,9 +10,10 @@ const sameRates = (a: Rates | undefined, b: Rates): boolean =>
   a !== undefined && a.input === b.input && a.output === b.output && a.cachedInput === b.cachedInput;
 
 /**
- * Applies fetched price lists to the registry. `prices` maps a deployment id to its provider's list (absent:
- * not fetched or failed; the deployment keeps its cost). A deployment whose upstream model is not in its
- * provider's list keeps its cost too: a missing entry is not a price of zero.
+ * Applies fetched price lists to the registry's synced prices (Deployment.syncedCost). `prices` maps a deployment id
+ * to its provider's list (absent: not fetched or failed; the deployment keeps what it had). A deployment whose
+ * upstream model is not in its provider's list keeps it too: a missing entry is not a price of zero. A price equal
+ * to what is known already — synced before, or else the configured cost — is no change to write.
  */
 export const planPriceSync = (
   models: readonly Model[],
@@ -37,10 +38,11 @@ export const planPriceSync = (
         ? { cachedInput: listed.cachedInput }
         : {}),
     };
-    // A rate the provider does not list keeps its configured cost: a missing price is not a price of zero.
-    const cost: Rates = { ...d.cost, ...applicable };
-    if (sameRates(d.cost, cost)) return d;
-    const changed = { ...d, cost };
+    // A rate the provider does not list keeps what was known of it: a missing price is not a price of zero.
+    const known = d.syncedCost ?? d.cost;
+    const syncedCost: Rates = { ...known, ...applicable };
+    if (sameRates(known, syncedCost)) return d;
+    const changed = { ...d, syncedCost };
     updated.push(changed);
     return changed;
   });

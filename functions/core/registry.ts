@@ -72,8 +72,15 @@ export interface Deployment {
   readonly priority: number;
   /** Share of traffic among deployments of equal priority. */
   readonly weight: number;
-  /** Upstream's own rates (USD, same units as `Rates`), the input to the price floor. */
+  /** Upstream's own rates (USD, same units as `Rates`) as the operator configured them: an input to the price floor. */
   readonly cost?: Rates;
+  /**
+   * The provider's published rates as the price sync last read them: the other input to the price floor, which
+   * takes the larger of the two per rate. Stored apart from the deployment's document (DynamoRegistry), so no
+   * operator write — a registry file loaded with last month's costs, an edit of the weight — can put a lower cost
+   * back under a price the provider raised; and never part of a registry file.
+   */
+  readonly syncedCost?: Rates;
   /** Extra upstream body fields sent only for reasoning-tier models, e.g. `{"reasoning_effort":"medium"}`. */
   readonly reasoningParams?: Readonly<Record<string, unknown>>;
   /**

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { costOf } from '#core/pricing.ts';
-import type { Model, Rates } from '#core/registry.ts';
+import type { Deployment, Model, Rates } from '#core/registry.ts';
 import type { SettlementRecord } from '#core/settlement.ts';
 import { drainSettlements, startTestStack, type TestStack, takeSettlements } from '#test/stack.ts';
 
@@ -75,6 +75,19 @@ describe('price floor', () => {
     const usage = record.usage as NonNullable<SettlementRecord['usage']>;
     expect(record.cost).toBe(costOf(atRates({ input: 0.6, output: 0.84 }), usage));
     expect(record.cost).toBeGreaterThan(costOf(atRates({ input: 0.25, output: 0.8 }), usage));
+  });
+
+  it('keeps that floor when an operator writes the deployment back with the cost it had (a registry file, an edit)', async () => {
+    const registry = t.stack.container.registryStore;
+    const sim = (await registry.load()).deployments.find((d) => d.id === `${MODEL}@sim-b`);
+    expect(sim?.syncedCost).toMatchObject({ input: 0.5, output: 0.7 });
+    // What `registry load` of last month's file or `deployments update` writes: the document, its old cost in it.
+    await registry.put([], [{ ...(sim as Deployment), cost: { input: 0.15, output: 0.6 }, weight: 2 }]);
+    await t.stack.container.registry.refresh();
+    expect(await published(MODEL)).toMatchObject({ input: 0.6, output: 0.84 });
+    const after = (await registry.load()).deployments.find((d) => d.id === `${MODEL}@sim-b`);
+    expect(after).toMatchObject({ weight: 2, syncedCost: { input: 0.5, output: 0.7 } });
+    await registry.put([], [{ ...(after as Deployment), weight: 1 }]);
   });
 
   it('never drops the published rate below the list rate when costs fall', async () => {

@@ -8,9 +8,10 @@ const TIMEOUT_MS = 10_000;
 
 /**
  * Reads an OpenAI-compatible provider's model list (`GET {baseUrl}/models`) for prices. There is no standard
- * field, so the two conventions in use are read:
+ * field, so the conventions in use are read, in a `{ data: [...] }` list or a bare array (Together's):
  *
- * - `pricing: { input, output, cached_input }`: USD per 1M tokens (Together, DeepInfra and others);
+ * - `pricing: { input, output, cached_input }`: USD per 1M tokens (Together and others);
+ * - `metadata.pricing: { input_tokens, output_tokens, cache_read_tokens }`: USD per 1M tokens (DeepInfra);
  * - `pricing: { prompt, completion, input_cache_read }`: USD per token, often as strings (OpenRouter-style).
  *
  * Entries without a readable input price are skipped. A provider whose list carries no prices at all (OpenAI
@@ -61,6 +62,15 @@ const perMillion = (perToken: number | undefined) =>
   perToken === undefined ? undefined : Math.round(perToken * 1e6 * 1e9) / 1e9;
 
 const ratesOf = (pricing: Record<string, unknown>): Rates | null => {
+  if (number(pricing.input_tokens) !== undefined) {
+    const output = number(pricing.output_tokens);
+    const cachedInput = number(pricing.cache_read_tokens);
+    return {
+      input: number(pricing.input_tokens) as number,
+      ...(output === undefined ? {} : { output }),
+      ...(cachedInput === undefined ? {} : { cachedInput }),
+    };
+  }
   const perM = number(pricing.input) !== undefined;
   const input = perM ? number(pricing.input) : perMillion(number(pricing.prompt));
   if (input === undefined) return null;
@@ -74,11 +84,21 @@ const ratesOf = (pricing: Record<string, unknown>): Rates | null => {
 };
 
 export const parsePriceList = (body: unknown): ReadonlyMap<string, Rates> | null => {
-  const data = (body as { data?: unknown } | null)?.data;
-  if (!Array.isArray(data)) throw new Error('price list: expected a model list with a `data` array');
+  const data = Array.isArray(body) ? body : (body as { data?: unknown } | null)?.data;
+  if (!Array.isArray(data))
+    throw new Error('price list: expected a model list (a `data` array, or an array of models)');
   const prices = new Map<string, Rates>();
   for (const entry of data) {
-    const { id, pricing } = (entry ?? {}) as { id?: unknown; pricing?: unknown };
+    const {
+      id,
+      pricing: own,
+      metadata,
+    } = (entry ?? {}) as {
+      id?: unknown;
+      pricing?: unknown;
+      metadata?: { pricing?: unknown } | null;
+    };
+    const pricing = own ?? metadata?.pricing;
     if (typeof id !== 'string' || pricing === null || typeof pricing !== 'object') continue;
     const rates = ratesOf(pricing as Record<string, unknown>);
     if (rates) prices.set(id, rates);

@@ -41,6 +41,16 @@ describe('publishedRates', () => {
     });
   });
 
+  it('ignores a deployment drained to weight 0: it serves no call, so its cost raises no price', () => {
+    const drained = deployment({ id: 'd', weight: 0, cost: { input: 9, output: 9 } });
+    const serving = deployment({ id: 's', cost: { input: 0.1, output: 0.1 } });
+    expect(publishedRates(model, [drained, serving], 0.2)).toEqual({
+      input: 0.25,
+      output: 0.8,
+      cachedInput: 0.1,
+    });
+  });
+
   it('leaves free models free', () => {
     const free = chatModel({ rates: { input: 0, output: 0 }, flags: { free: true } });
     expect(publishedRates(free, [deployment({ cost: { input: 1, output: 1 } })], 0.2)).toEqual({
@@ -71,6 +81,35 @@ describe('parsePriceList', () => {
       ],
     });
     expect(list).toEqual(new Map([['m1', { input: 0.2, output: 0.6, cachedInput: 0.05 }]]));
+  });
+
+  it('reads Together’s list, a bare array of models with per-1M prices', () => {
+    const list = parsePriceList([
+      {
+        id: 'meta-llama/Llama-3.3-70B-Instruct-Turbo',
+        object: 'model',
+        type: 'chat',
+        pricing: { hourly: 0, input: 0.88, output: 0.88, base: 0, finetune: 0 },
+      },
+    ]);
+    expect(list?.get('meta-llama/Llama-3.3-70B-Instruct-Turbo')).toEqual({ input: 0.88, output: 0.88 });
+  });
+
+  it('reads DeepInfra’s list, its per-1M prices under metadata.pricing', () => {
+    const list = parsePriceList({
+      object: 'list',
+      data: [
+        {
+          id: 'deepseek-ai/DeepSeek-V3',
+          object: 'model',
+          metadata: { pricing: { input_tokens: 0.38, output_tokens: 0.89, cache_read_tokens: 0.19 } },
+        },
+        { id: 'no-metadata', object: 'model', metadata: null },
+      ],
+    });
+    expect(list).toEqual(
+      new Map([['deepseek-ai/DeepSeek-V3', { input: 0.38, output: 0.89, cachedInput: 0.19 }]]),
+    );
   });
 
   it('reads per-token prices (prompt/completion) as per-1M', () => {
@@ -106,7 +145,8 @@ describe('planPriceSync', () => {
       ]),
       0.2,
     );
-    expect(plan.updated).toEqual([{ ...a, cost: { input: 0.5, output: 0.1 } }]);
+    // The provider's price goes beside the configured cost, which no sync rewrites.
+    expect(plan.updated).toEqual([{ ...a, syncedCost: { input: 0.5, output: 0.1 } }]);
     expect(plan.republished).toEqual([
       { model: model.id, before: model.rates, after: { input: 0.6, output: 0.8, cachedInput: 0.1 } },
     ]);
@@ -115,7 +155,7 @@ describe('planPriceSync', () => {
   it('keeps a configured rate the provider does not list (merge, never wipe)', () => {
     const full = { ...a, cost: { input: 0.1, output: 0.7, cachedInput: 0.05 } };
     const plan = planPriceSync([model], [full], new Map([['a', new Map([['up', { input: 0.2 }]])]]), 0.2);
-    expect(plan.updated).toEqual([{ ...full, cost: { input: 0.2, output: 0.7, cachedInput: 0.05 } }]);
+    expect(plan.updated).toEqual([{ ...full, syncedCost: { input: 0.2, output: 0.7, cachedInput: 0.05 } }]);
     // The output floor (0.7 × 1.2 = 0.84) survives the sync.
     expect(new Catalog([model], plan.updated, 0.2).models.get(model.id)?.rates).toMatchObject({
       output: 0.84,
@@ -128,7 +168,22 @@ describe('planPriceSync', () => {
     const d = deployment({ id: 'e', model: 'emb', upstreamModel: 'up-emb', cost: { input: 0.02 } });
     const listed = { input: 0.03, output: 0.2, cachedInput: 0.01 };
     const plan = planPriceSync([embed], [d], new Map([['e', new Map([['up-emb', listed]])]]), 0.2);
-    expect(plan.updated).toEqual([{ ...d, cost: { input: 0.03 } }]);
+    expect(plan.updated).toEqual([{ ...d, syncedCost: { input: 0.03 } }]);
+  });
+
+  it('compares with the price synced last, and floors on the higher of it and the configured cost', () => {
+    const synced = { ...a, syncedCost: { input: 0.5, output: 0.1 } };
+    // The same price again: nothing to write, though it differs from the configured cost.
+    expect(
+      planPriceSync([model], [synced], new Map([['a', new Map([['up', { input: 0.5, output: 0.1 }]])]]), 0.2)
+        .updated,
+    ).toEqual([]);
+    // A registry file loaded with last month's lower cost cannot take the floor under the provider's price.
+    const stale = { ...synced, cost: { input: 0.05, output: 0.1 } };
+    expect(new Catalog([model], [stale], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 0.6 });
+    // Nor can a provider's price that fell take it under what the operator says the deployment costs.
+    const dear = { ...a, cost: { input: 0.5, output: 0.1 }, syncedCost: { input: 0.1, output: 0.1 } };
+    expect(new Catalog([model], [dear], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 0.6 });
   });
 
   it('leaves audio deployments alone: per-token price lists do not compare with per-minute rates', () => {
