@@ -265,15 +265,17 @@ export const estimatePromptTokens = (
 };
 
 /**
- * Upstream bodies whose `temperature` is our default (spec §4), not the client's. Every deployment still gets it in
- * the body, as before; an adapter whose upstream refuses `temperature` beside `top_p` (Anthropic's newer models)
- * asks here whether it may leave ours out to send the client's `top_p`. Kept beside the body, not in it: whatever is
- * in the body is sent.
+ * Marks an upstream body whose `temperature` is our default (spec §4), not the client's. Every deployment still gets
+ * it in the body, as before; an adapter whose upstream refuses `temperature` beside `top_p` (Anthropic's newer
+ * models) asks here whether it may leave ours out to send the client's `top_p`. A non-enumerable symbol: neither
+ * serialised nor copied, so whatever is in the body is what is sent — and no WeakSet, whose entries every
+ * young-generation collection has to trace, on the per-call path.
  */
-const defaultTemperature = new WeakSet<Record<string, unknown>>();
+const TEMPERATURE_DEFAULTED: unique symbol = Symbol('temperatureDefaulted');
 
 /** Whether `body` (from `upstreamChatBody`) carries our default temperature rather than the client's. */
-export const temperatureIsDefault = (body: Record<string, unknown>): boolean => defaultTemperature.has(body);
+export const temperatureIsDefault = (body: Record<string, unknown>): boolean =>
+  (body as { [TEMPERATURE_DEFAULTED]?: true })[TEMPERATURE_DEFAULTED] === true;
 
 /**
  * The upstream body for one deployment. Spec §4 rules: the default temperature is explicit; streams
@@ -290,7 +292,8 @@ export const upstreamChatBody = (prepared: PreparedChat, deployment: Deployment)
     max_tokens: prepared.maxTokens,
     temperature: request.temperature ?? DEFAULT_TEMPERATURE,
   };
-  if (request.temperature === undefined) defaultTemperature.add(body);
+  if (request.temperature === undefined)
+    Object.defineProperty(body, TEMPERATURE_DEFAULTED, { value: true, enumerable: false });
   // Only include_usage goes upstream (forced: usage is what we bill); nothing else of the client's options is ours to pass.
   if (prepared.stream) body.stream_options = { include_usage: true };
   if (prepared.model.flags.reasoning && deployment.reasoningParams)
