@@ -125,8 +125,8 @@ export const functions = {
   'hold-sweeper': {
     trigger: schedule('holdSweeper'),
     // Expired holds by their index, each released (deleted, its amount back to `available`) in a transaction;
-    // on a wallet that owes (its update's failed condition returns the wallet), the same transaction pays the debt
-    // from what the release frees, with an arrears ledger entry.
+    // on a wallet that owes (its update's failed condition returns the wallet: GetItem), the same transaction pays
+    // the debt from what the release frees, with an arrears ledger entry.
     uses: { tables: { wallet: ['Query', 'GetItem', 'PutItem', 'UpdateItem', 'DeleteItem'] } },
   },
   'price-sync': {

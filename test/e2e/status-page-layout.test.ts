@@ -1,10 +1,7 @@
-import { readFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { type Browser, chromium, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageReport } from '#core/usage-report.ts';
-import { CHROMIUM_LAUNCH } from '#test/browser.ts';
+import { CHROMIUM_LAUNCH, serveSite } from '#test/browser.ts';
 import { usageSchemaErrors } from '#test/usage-schema.ts';
 
 /**
@@ -15,12 +12,6 @@ import { usageSchemaErrors } from '#test/usage-schema.ts';
  * `/usage.json` answering whatever report the test sets.
  */
 
-const SITE = new URL('../../site/', import.meta.url);
-const ASSETS: Record<string, { file: string; type: string }> = {
-  '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
-  '/status.css': { file: 'status.css', type: 'text/css; charset=utf-8' },
-  '/status.js': { file: 'status.js', type: 'text/javascript; charset=utf-8' },
-};
 const integer = new Intl.NumberFormat('en-US');
 
 /** The little of the browser's globals the page-side callbacks use (the project compiles without the DOM). */
@@ -111,37 +102,25 @@ const busy = (over: Partial<UsageReport> = {}): UsageReport => ({
 const peaking = (peak: number) =>
   busy({ tokens_per_day: days.map((day, i) => ({ day, tokens: i === 20 ? peak : 5 })) });
 
-let server: Server;
+let site: Awaited<ReturnType<typeof serveSite>>;
 let url: string;
 let browser: Browser;
 /** What `/usage.json` answers with. */
 let current: UsageReport = busy();
 
 beforeAll(async () => {
-  server = createServer((req, res) => {
-    if (req.url === '/usage.json') {
-      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' });
-      res.end(JSON.stringify(current));
-      return;
-    }
-    const asset = ASSETS[req.url ?? ''];
-    if (!asset) {
-      res.writeHead(404).end();
-      return;
-    }
-    readFile(new URL(asset.file, SITE)).then(
-      (body) => res.writeHead(200, { 'content-type': asset.type }).end(body),
-      () => res.writeHead(500).end(),
-    );
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  site = await serveSite((res) =>
+    res
+      .writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+      .end(JSON.stringify(current)),
+  );
+  url = site.url;
   browser = await chromium.launch(CHROMIUM_LAUNCH);
 });
 
 afterAll(async () => {
   await browser?.close();
-  await new Promise((resolve) => server?.close(resolve));
+  await site?.close();
 });
 
 /** Renders `report` at `width` and hands the page to `check`; console and page errors fail the test. */

@@ -1,10 +1,7 @@
-import { readFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { UsageReport } from '#core/usage-report.ts';
-import { CHROMIUM_LAUNCH } from '#test/browser.ts';
+import { CHROMIUM_LAUNCH, serveSite } from '#test/browser.ts';
 import { usageSchemaErrors } from '#test/usage-schema.ts';
 
 /**
@@ -14,12 +11,6 @@ import { usageSchemaErrors } from '#test/usage-schema.ts';
  * Playwright's, moved on by hand. `?refresh=0.2` makes the page read every 200 ms instead of every minute.
  */
 
-const SITE = new URL('../../site/', import.meta.url);
-const ASSETS: Record<string, { file: string; type: string }> = {
-  '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
-  '/status.css': { file: 'status.css', type: 'text/css; charset=utf-8' },
-  '/status.js': { file: 'status.js', type: 'text/javascript; charset=utf-8' },
-};
 const MIN = 60_000;
 /** The page's clock at load: a whole minute, so report ages read as whole minutes. */
 const NOW = Date.UTC(2026, 10, 30, 12, 0);
@@ -57,7 +48,7 @@ const reportAt = (at: number, incident = false): UsageReport => ({
   recent_faults: [],
 });
 
-let server: Server;
+let site: Awaited<ReturnType<typeof serveSite>>;
 let url: string;
 let browser: Browser;
 /** What `/usage.json` answers: this body, or a 500 while `failing`. */
@@ -71,32 +62,18 @@ const serve = (report: UsageReport | string) => {
 };
 
 beforeAll(async () => {
-  server = createServer((req, res) => {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    if (path === '/usage.json') {
-      reads++;
-      if (failing) res.writeHead(500, { 'content-type': 'text/plain' }).end('down');
-      else res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(body);
-      return;
-    }
-    const asset = ASSETS[path];
-    if (!asset) {
-      res.writeHead(404).end();
-      return;
-    }
-    readFile(new URL(asset.file, SITE)).then(
-      (file) => res.writeHead(200, { 'content-type': asset.type }).end(file),
-      () => res.writeHead(500).end(),
-    );
+  site = await serveSite((res) => {
+    reads++;
+    if (failing) res.writeHead(500, { 'content-type': 'text/plain' }).end('down');
+    else res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(body);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  url = site.url;
   browser = await chromium.launch(CHROMIUM_LAUNCH);
 });
 
 afterAll(async () => {
   await browser?.close();
-  await new Promise((resolve) => server?.close(resolve));
+  await site?.close();
 });
 
 beforeEach(() => {

@@ -9,6 +9,7 @@ import {
 import { type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
 import type { ChatStreamEvent } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
+import { REQUEST_TOO_LARGE } from './http.ts';
 
 /**
  * Pure mapping between the chat-completions wire format (what core hands every chat adapter) and
@@ -522,15 +523,6 @@ const PROMPT_TOO_LONG = /^prompt is too long\b(?::\s*(\d+) tokens\s*>\s*(\d+) ma
  */
 const IMAGE_TOO_LARGE =
   /^messages\.\d+\.content\.\d+\.image\.source\.base64(?:\.data)?:\s*(?:image exceeds|at least one of the image dimensions exceed)/i;
-
-/** What the client is told when every deployment found the request too large (as http.ts words it for OpenAI's 429). */
-const REQUEST_TOO_LARGE: UpstreamErrorBody = {
-  message:
-    "The request is larger than this model's providers accept in one call. Shorten the messages or lower max_tokens.",
-  type: 'invalid_request_error',
-  code: 'request_too_large',
-  param: null,
-};
 
 /** …when every deployment found an image too large (Anthropic's text indexes its own messages, not the client's). */
 const IMAGE_TOO_LARGE_ERROR: UpstreamErrorBody = {

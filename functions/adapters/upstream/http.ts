@@ -265,7 +265,7 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
 };
 
 /** What the client is told when every deployment found its request too large (the upstream's text names its org). */
-const REQUEST_TOO_LARGE: UpstreamErrorBody = {
+export const REQUEST_TOO_LARGE: UpstreamErrorBody = {
   message:
     "The request is larger than this model's providers accept in one call. Shorten the messages or lower max_tokens.",
   type: 'invalid_request_error',
