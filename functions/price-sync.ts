@@ -1,6 +1,11 @@
 import middy from '@middy/core';
 import type { ScheduledEvent } from 'aws-lambda';
-import { planPriceSync } from '#core/price-sync.ts';
+import {
+  MAX_SYNCED_RISE,
+  PRICE_SYNC_REFUSED_PREFIX,
+  planPriceSync,
+  type RefusedSync,
+} from '#core/price-sync.ts';
 import type { Deployment, Rates } from '#core/registry.ts';
 import { type Container, containerFromEnv } from './container.ts';
 
@@ -11,6 +16,8 @@ export interface PriceSyncResult {
   /** Providers (adapter and base URL) whose price list could not be read; their deployments kept their cost. */
   readonly failed: string[];
   readonly republished: { readonly model: string; readonly before: Rates; readonly after: Rates }[];
+  /** Deployments whose listed price was above its bound (core/price-sync.ts): not applied, each logged as a warning. */
+  readonly refused: RefusedSync[];
 }
 
 /**
@@ -18,7 +25,8 @@ export interface PriceSyncResult {
  * changes, and logs the published rates that moved as a result (the price floor, core/price-floor.ts). Gateway
  * instances pick the new rates up with their next registry refresh; billing always uses the published rates.
  * One provider list is read once however many deployments share it, and one failing provider does not stop
- * the others.
+ * the others. A price list that would raise a deployment's cost implausibly far is refused, and the refusal logged
+ * as a warning for an alarm to catch (core/price-sync.ts).
  */
 export const createHandler = (container: () => Container) =>
   middy<ScheduledEvent | Record<string, never>, PriceSyncResult>().handler(async () => {
@@ -45,6 +53,16 @@ export const createHandler = (container: () => Container) =>
       }),
     );
     const plan = planPriceSync(models, deployments, prices, c.config.priceMinMargin);
+    for (const r of plan.refused) {
+      // Logged before any write, so a failing write cannot hide it. One line per deployment, its message starting
+      // with PRICE_SYNC_REFUSED_PREFIX for the operator's alarm: ids, the model and the rates, never the
+      // deployment's key references.
+      c.log.warn(
+        `${PRICE_SYNC_REFUSED_PREFIX}: a listed rate is over ${MAX_SYNCED_RISE}× the configured cost ` +
+          '(the list rate without one); synced price kept',
+        { deployment: r.deployment, model: r.model, rates: r.rates },
+      );
+    }
     const updated: string[] = [];
     for (const d of plan.updated) {
       // Only the synced price is written, in an item of its own (DynamoRegistry.setSyncedCost).
@@ -58,6 +76,7 @@ export const createHandler = (container: () => Container) =>
       updated,
       failed,
       republished: plan.republished,
+      refused: plan.refused,
     };
   });
 

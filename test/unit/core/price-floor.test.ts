@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { parsePriceList } from '#adapters/upstream/openai-prices.ts';
 import { publishedRates } from '#core/price-floor.ts';
-import { planPriceSync } from '#core/price-sync.ts';
-import { Catalog } from '#core/registry.ts';
+import { PRICE_SYNC_REFUSED_PREFIX, planPriceSync } from '#core/price-sync.ts';
+import { Catalog, type Deployment, type Model, type Rates } from '#core/registry.ts';
+import type { Container } from '#functions/container.ts';
+import { createHandler } from '#functions/price-sync.ts';
+import { invocationContext } from '#local/function-url.ts';
 import { chatModel, deployment } from '#test/fixtures.ts';
 
 const model = chatModel({ rates: { input: 0.25, output: 0.8, cachedInput: 0.1 } });
@@ -132,7 +135,7 @@ describe('parsePriceList', () => {
 });
 
 describe('planPriceSync', () => {
-  const a = deployment({ id: 'a', model: model.id, upstreamModel: 'up', cost: { input: 0.1, output: 0.1 } });
+  const a = deployment({ id: 'a', model: model.id, upstreamModel: 'up', cost: { input: 0.2, output: 0.1 } });
   const b = deployment({ id: 'b', model: model.id, upstreamModel: 'up2', cost: { input: 0.1, output: 0.1 } });
 
   it('updates changed costs only and reports the published rates that moved', () => {
@@ -195,7 +198,7 @@ describe('planPriceSync', () => {
     });
     const d = deployment({ id: 's', model: 'stt', upstreamModel: 'whisper', cost: { input: 0.0007 } });
     const plan = planPriceSync([stt], [d], new Map([['s', new Map([['whisper', { input: 0.5 }]])]]), 0.2);
-    expect(plan).toEqual({ updated: [], republished: [] });
+    expect(plan).toEqual({ updated: [], republished: [], refused: [] });
   });
 
   it('keeps a cost when the provider was not read, has no prices, or does not list the model', () => {
@@ -208,6 +211,182 @@ describe('planPriceSync', () => {
       ]),
       0.2,
     );
-    expect(plan).toEqual({ updated: [], republished: [] });
+    expect(plan).toEqual({ updated: [], republished: [], refused: [] });
+  });
+
+  /** One deployment's sync against `listed`, with `a`'s model and upstream model. */
+  const syncOf = (d: Deployment, listed: Rates, models: readonly Model[] = [model]) =>
+    planPriceSync(models, [d], new Map([[d.id, new Map([[d.upstreamModel, listed]])]]), 0.2);
+
+  it('refuses a listed rate 10× the configured cost: the deployment keeps its synced price, every rate of it', () => {
+    const synced = { ...a, syncedCost: { input: 0.3, output: 0.1 } };
+    // input 2 is 10× the configured 0.2; output 0.15, within the bound, is held back with it.
+    const plan = syncOf(synced, { input: 2, output: 0.15 });
+    expect(plan.updated).toEqual([]);
+    expect(plan.republished).toEqual([]);
+    expect(plan.refused).toEqual([
+      {
+        deployment: 'a',
+        model: model.id,
+        rates: [{ rate: 'input', listed: 2, configured: 0.2, limit: 0.6 }],
+      },
+    ]);
+    // What the floor goes on publishing is what the price synced before gives: 0.3 × 1.2.
+    expect(new Catalog([model], [synced], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 0.36 });
+  });
+
+  it('refuses a per-token price read as per-million (1,000,000×), naming each rate over its bound', () => {
+    const other = { ...b, syncedCost: { input: 0.1, output: 0.1 } };
+    const plan = planPriceSync(
+      [model],
+      [a, other],
+      new Map([
+        ['a', new Map([['up', { input: 200_000, output: 100_000 }]])],
+        ['b', new Map([['up2', { input: 0.15, output: 0.1 }]])],
+      ]),
+      0.2,
+    );
+    expect(plan.refused).toEqual([
+      {
+        deployment: 'a',
+        model: model.id,
+        rates: [
+          { rate: 'input', listed: 200_000, configured: 0.2, limit: 0.6 },
+          { rate: 'output', listed: 100_000, configured: 0.1, limit: 0.3 },
+        ],
+      },
+    ]);
+    // a has no synced price, and none is made for it; b, listed within its bound, is synced as ever.
+    expect(plan.updated).toEqual([{ ...other, syncedCost: { input: 0.15, output: 0.1 } }]);
+    expect(plan.republished).toEqual([]);
+  });
+
+  it('applies a rise of 2× and one of exactly 3×, and is not fooled by float noise at the bound', () => {
+    const rise = syncOf(a, { input: 0.4, output: 0.1 });
+    expect(rise.refused).toEqual([]);
+    expect(rise.updated).toEqual([{ ...a, syncedCost: { input: 0.4, output: 0.1 } }]);
+    expect(rise.republished).toEqual([
+      { model: model.id, before: model.rates, after: { input: 0.48, output: 0.8, cachedInput: 0.1 } },
+    ]);
+    // 3 × 0.7 is 2.0999999999999996 in floating point: a listed 2.1 is exactly 3× and applied.
+    const seven = { ...a, cost: { input: 0.7, output: 0.1 } };
+    expect(syncOf(seven, { input: 2.1, output: 0.1 }).updated).toEqual([
+      { ...seven, syncedCost: { input: 2.1, output: 0.1 } },
+    ]);
+    expect(syncOf(seven, { input: 2.100001, output: 0.1 }).refused).toHaveLength(1);
+  });
+
+  it('applies a fall however large: the floor never goes below the configured cost', () => {
+    const synced = { ...a, syncedCost: { input: 0.5, output: 0.1 } };
+    const plan = syncOf(synced, { input: 0.000001, output: 0.000001 });
+    expect(plan.refused).toEqual([]);
+    expect(plan.updated).toEqual([{ ...synced, syncedCost: { input: 0.000001, output: 0.000001 } }]);
+    expect(new Catalog([model], plan.updated, 0.2).models.get(model.id)?.rates).toMatchObject({
+      input: 0.25,
+      output: 0.8,
+    });
+  });
+
+  it('bounds a rate without a configured cost, or with a cost of 0, by the model’s list rate instead', () => {
+    // The model lists input at 0.25 and output at 0.8: the bounds are 0.75 and 2.4.
+    for (const cost of [undefined, { input: 0, output: 0 }]) {
+      const d = deployment({ id: 'z', model: model.id, upstreamModel: 'up', ...(cost ? { cost } : {}) });
+      expect(syncOf(d, { input: 0.75, output: 2.4 }).updated).toEqual([
+        { ...d, syncedCost: { input: 0.75, output: 2.4 } },
+      ]);
+      expect(syncOf(d, { input: 0.76, output: 0.5 }).refused).toEqual([
+        {
+          deployment: 'z',
+          model: model.id,
+          rates: [{ rate: 'input', listed: 0.76, configured: cost ? 0 : null, limit: 0.75 }],
+        },
+      ]);
+    }
+    // A rate the operator lists at 0 on a paid model: nothing vouches for any price above it.
+    const zeroList = chatModel({ id: model.id, rates: { input: 0, output: 0.8 } });
+    const d = deployment({ id: 'z', model: model.id, upstreamModel: 'up' });
+    expect(syncOf(d, { input: 0.01, output: 0.5 }, [zeroList]).refused).toEqual([
+      {
+        deployment: 'z',
+        model: model.id,
+        rates: [{ rate: 'input', listed: 0.01, configured: null, limit: 0 }],
+      },
+    ]);
+    expect(syncOf(d, { input: 0, output: 0.5 }, [zeroList]).updated).toHaveLength(1);
+  });
+
+  it('does not bound a free model: its prices are not floored, so no synced price of it is billed', () => {
+    const free = chatModel({ id: model.id, rates: { input: 0, output: 0 }, flags: { free: true } });
+    const d = deployment({
+      id: 'f',
+      model: model.id,
+      upstreamModel: 'up',
+      cost: { input: 0.1, output: 0.1 },
+    });
+    const plan = syncOf(d, { input: 5, output: 5 }, [free]);
+    expect(plan.refused).toEqual([]);
+    expect(plan.updated).toEqual([{ ...d, syncedCost: { input: 5, output: 5 } }]);
+    expect(plan.republished).toEqual([]);
+  });
+});
+
+describe('price sync handler', () => {
+  it(`logs each refused deployment as a warning starting "${PRICE_SYNC_REFUSED_PREFIX}", and writes only the others`, async () => {
+    const paid = chatModel({ id: 'm', rates: { input: 0.25, output: 0.8 } });
+    const keys = ['secretsmanager:svc/p/key-1'];
+    const wrong = deployment({
+      id: 'm@p1',
+      model: 'm',
+      upstreamModel: 'up',
+      keyRefs: keys,
+      cost: { input: 0.2, output: 0.6 },
+    });
+    const fine = deployment({
+      id: 'm@p2',
+      model: 'm',
+      provider: 'p2',
+      baseUrl: 'http://p2.invalid/v1',
+      upstreamModel: 'up',
+      cost: { input: 0.2, output: 0.6 },
+    });
+    const lists: Record<string, Rates> = {
+      'http://upstream.invalid/v1': { input: 200_000, output: 0.6 },
+      'http://p2.invalid/v1': { input: 0.3, output: 0.6 },
+    };
+    const written: string[] = [];
+    const lines: { level: string; message: string; fields?: Record<string, unknown> }[] = [];
+    const line = (level: string) => (message: string, fields?: Record<string, unknown>) => {
+      lines.push({ level, message, ...(fields ? { fields } : {}) });
+    };
+    const container = {
+      config: { priceMinMargin: 0.2 },
+      clock: { now: () => 0 },
+      log: { debug: line('debug'), info: line('info'), warn: line('warn'), error: line('error') },
+      registryStore: {
+        load: async () => ({ models: [paid], deployments: [wrong, fine] }),
+        setSyncedCost: async (d: Deployment) => {
+          written.push(d.id);
+        },
+      },
+      prices: () => ({
+        prices: async ({ deployment: d }: { deployment: Deployment }) =>
+          new Map([[d.upstreamModel, lists[d.baseUrl] as Rates]]),
+      }),
+    } as unknown as Container;
+    const result = await createHandler(() => container)({}, invocationContext('price-sync', 60_000));
+
+    expect(written).toEqual(['m@p2']);
+    expect(result?.updated).toEqual(['m@p2']);
+    const refusal = {
+      deployment: 'm@p1',
+      model: 'm',
+      rates: [{ rate: 'input', listed: 200_000, configured: 0.2, limit: 0.6 }],
+    };
+    expect(result?.refused).toEqual([refusal]);
+    const warnings = lines.filter((l) => l.level === 'warn');
+    expect(warnings).toEqual([
+      { level: 'warn', message: expect.stringMatching(/^price sync refused/), fields: refusal },
+    ]);
+    expect(JSON.stringify(warnings)).not.toContain('secretsmanager');
   });
 });
