@@ -1,19 +1,7 @@
+import { MAX_SYNCED_RISE, type RateName, syncBound } from './price-floor.ts';
 import { Catalog, type Deployment, type Model, RATE_NAMES, type Rates } from './registry.ts';
 
-type RateName = (typeof RATE_NAMES)[number];
-
-/**
- * How far above what we trust a provider's listed rate may be and still be applied: 3×. What this guards against
- * is out by 10× to 1,000,000× (a per-token price read as per-million, a unit change, a slipped decimal on the
- * provider's side), while a real provider raising a model's price more than threefold in one step is rare. When it
- * happens the sync is refused and alarms (PRICE_SYNC_REFUSED_PREFIX); an operator who confirms the price raises the
- * deployment's configured cost, which the floor always honours and which moves this bound with it. The bound is
- * measured from the configured cost, never from the price synced last, so a run of rises each under 3× cannot
- * ratchet the price away from what an operator set; and a configured cost left far below the provider's price (a
- * stale registry file) alarms too, while the synced price kept goes on flooring. Falls are not bounded: the floor
- * never goes below the configured cost whatever the sync stores.
- */
-export const MAX_SYNCED_RISE = 3;
+export { MAX_SYNCED_RISE };
 
 /** The start of the warn line each refused sync logs (functions/price-sync.ts), for an operator alarm to match. */
 export const PRICE_SYNC_REFUSED_PREFIX = 'price sync refused';
@@ -45,28 +33,6 @@ export interface PriceSyncPlan {
 
 const sameRates = (a: Rates | undefined, b: Rates): boolean =>
   a !== undefined && a.input === b.input && a.output === b.output && a.cachedInput === b.cachedInput;
-
-/**
- * The highest listed rate a sync applies for one rate of a deployment, or null when that rate is not bounded.
- * - A configured cost above 0: MAX_SYNCED_RISE × that cost.
- * - No configured cost, or 0 (no scale to measure a rise against; registry/example.json's local-simulator
- *   deployment is configured at 0): MAX_SYNCED_RISE × the model's list rate, the price the operator sells that
- *   rate at. An upstream listed at more than three times our own price is as suspect as one three times its cost,
- *   and treating such deployments as unbounded would leave the hole open exactly where no cost was configured
- *   (deployments that rely on the sync alone). A list rate of 0 on a paid model bounds at 0: any positive listed
- *   rate is refused, since nothing the operator wrote vouches for it.
- * - A rate the model does not list, or any rate of a free model: null. The floor takes neither into a published
- *   rate (price-floor.ts), so what the sync stores for them reaches no customer; refusing would only hold back the
- *   deployment's other rates and raise a false alarm.
- * Rounded to 1e-9 so that float noise (3 × 0.7 is 2.0999999999999996) does not refuse a rise of exactly 3×.
- */
-const syncBound = (model: Model, d: Deployment, rate: RateName): number | null => {
-  const list = (model.listRates ?? model.rates)[rate];
-  if (model.flags.free || list === undefined) return null;
-  const configured = d.cost?.[rate];
-  const anchor = configured !== undefined && configured > 0 ? configured : list;
-  return Math.round(MAX_SYNCED_RISE * anchor * 1e9) / 1e9;
-};
 
 /**
  * Applies fetched price lists to the registry's synced prices (Deployment.syncedCost). `prices` maps a deployment id

@@ -182,8 +182,12 @@ describe('planPriceSync', () => {
         .updated,
     ).toEqual([]);
     // A registry file loaded with last month's lower cost cannot take the floor under the provider's price.
-    const stale = { ...synced, cost: { input: 0.05, output: 0.1 } };
+    const stale = { ...synced, cost: { input: 0.2, output: 0.1 } };
     expect(new Catalog([model], [stale], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 0.6 });
+    // Unless the synced price is more than three times that cost: then it is not trusted (the sync's own refusal
+    // alarms until the operator raises the cost), and the floor stands on the configured cost.
+    const far = { ...synced, cost: { input: 0.05, output: 0.1 } };
+    expect(new Catalog([model], [far], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 0.25 });
     // Nor can a provider's price that fell take it under what the operator says the deployment costs.
     const dear = { ...a, cost: { input: 0.5, output: 0.1 }, syncedCost: { input: 0.1, output: 0.1 } };
     expect(new Catalog([model], [dear], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 0.6 });
@@ -274,6 +278,23 @@ describe('planPriceSync', () => {
       { ...seven, syncedCost: { input: 2.1, output: 0.1 } },
     ]);
     expect(syncOf(seven, { input: 2.100001, output: 0.1 }).refused).toHaveLength(1);
+  });
+
+  it('never bills a stored synced price over its bound, however it got there', () => {
+    // Stored before the bound existed, or under a configured cost the operator has since lowered: 1,000× the cost.
+    const stored = { ...a, syncedCost: { input: 200, output: 0.1 } };
+    expect(new Catalog([model], [stored], 0.2).models.get(model.id)?.rates).toEqual({
+      input: 0.25,
+      output: 0.8,
+      cachedInput: 0.1,
+    });
+    // Stored while the model was free, which is then made paid: bounded by the list rate (0.8 × 3 for output).
+    const once = { ...a, cost: undefined, syncedCost: { input: 0.5, output: 2.5 } };
+    expect(new Catalog([model], [once], 0.2).models.get(model.id)?.rates).toEqual({
+      input: 0.6,
+      output: 0.8,
+      cachedInput: 0.1,
+    });
   });
 
   it('applies a fall however large: the floor never goes below the configured cost', () => {
