@@ -5,6 +5,8 @@
  * new handler is one row. Plain data: importable without `aws-cdk-lib` (the infra tests read it too).
  */
 
+import { MAX_SYNCED_RISE, PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
+import { UPTIME_CHECK_FAILED } from '#core/uptime-probe.ts';
 import { buckets, type queues, settlementConsumerTimeoutSeconds, type TableId } from './resources.ts';
 import type { ScheduleId } from './stage.ts';
 
@@ -40,6 +42,8 @@ export interface Uses {
   readonly bucketObjects?: Readonly<Partial<Record<BucketId, string>>>;
   /** Reads the upstream provider keys (`secretsmanager:` references of the registry's deployments). */
   readonly providerSecrets?: boolean;
+  /** Calls the public API from outside, through its CDN (`PROBE_BASE_URL`): the uptime probe. */
+  readonly publicApi?: boolean;
 }
 
 export interface Route {
@@ -53,9 +57,24 @@ export type Trigger =
   | { readonly kind: 'queue'; readonly queue: QueueId }
   | { readonly kind: 'schedule'; readonly schedule: ScheduleId };
 
+/**
+ * An alarm on log lines whose message begins with `prefix`: what a function catches and logs instead of failing (a
+ * failed invocation has the error alarm every function gets), when an operator must act on it.
+ */
+export interface LogAlarm {
+  /** Names the metric filter, the metric and the alarm (`<function>-<id>`). */
+  readonly id: string;
+  readonly prefix: string;
+  /** Such lines in 5 minutes that raise it. */
+  readonly threshold: number;
+  /** What it means and what to do, after the function's name in the alarm's description. */
+  readonly description: string;
+}
+
 export interface FunctionDefinition {
   readonly trigger: Trigger;
   readonly uses: Uses;
+  readonly logAlarms?: readonly LogAlarm[];
   /** Default: 300 s for HTTP functions, 60 s otherwise. */
   readonly timeoutSeconds?: number;
   /** Default: 1024 MB for HTTP functions (CPU scales with memory), 512 MB otherwise. */
@@ -134,6 +153,16 @@ export const functions = {
     // Reads providers' price lists with their keys; writes each deployment's synced price, an item of its own.
     uses: { tables: { registry: ['Scan', 'PutItem'] }, providerSecrets: true },
     timeoutSeconds: 300,
+    logAlarms: [
+      {
+        id: 'refused-prices',
+        prefix: PRICE_SYNC_REFUSED_PREFIX,
+        threshold: 1,
+        description:
+          `a provider listed a price over ${MAX_SYNCED_RISE}× a deployment's configured cost, and the sync kept the ` +
+          'old one: check the list, and raise the configured cost if the price is real',
+      },
+    ],
   },
   'usage-report': {
     trigger: schedule('usageReport'),
@@ -146,6 +175,23 @@ export const functions = {
       bucketObjects: { site: buckets.site.usageReportKey },
     },
     timeoutSeconds: 300,
+  },
+  'uptime-probe': {
+    trigger: schedule('uptimeProbe'),
+    // Asks the public API (a preflight per endpoint, a key lookup with a key nobody has) and sets the round's
+    // failed checks in the minute counters; it reads nothing there and touches nothing else.
+    uses: { tables: { usage: ['UpdateItem'] }, publicApi: true },
+    // The default 60 s: a check that fails takes up to 10 s, 2 s of pause and 10 s again, all checks at once.
+    // The alarms on errors and 5xx rates see only calls that reached a function; this sees the ones that did not.
+    // Three, as the incident rule's minimum: one lost check is no outage.
+    logAlarms: [
+      {
+        id: 'failed-checks',
+        prefix: UPTIME_CHECK_FAILED,
+        threshold: 3,
+        description: 'the public API failed uptime checks (preflights, a key lookup) in the last 5 minutes',
+      },
+    ],
   },
 } as const satisfies Record<string, FunctionDefinition>;
 

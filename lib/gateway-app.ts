@@ -62,7 +62,11 @@ export const buildGateway = (app: App): GatewayStacks => {
   const jobs = new JobsStack(app, name('jobs'), {
     stage,
     functions: rows(false),
-    bindings: { ...bindings, buckets: { site: site.bucket } },
+    bindings: {
+      ...bindings,
+      buckets: { site: site.bucket },
+      publicBaseUrl: `https://${site.distribution.distributionDomainName}/v1`,
+    },
     description: 'svc inference gateway: settlement consumer and scheduled jobs',
     tags,
   });

@@ -20,11 +20,13 @@ import type { ISecret } from 'aws-cdk-lib/aws-secretsmanager';
 import type { ITopic } from 'aws-cdk-lib/aws-sns';
 import type { IQueue } from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { PROBE_BASE_URL_ENV } from '#core/uptime-probe.ts';
 import { UNSENT_SETTLEMENT_PREFIX } from '#http/unsent-settlement.ts';
 import {
   type BucketId,
   entryOf,
   type FunctionDefinition,
+  type LogAlarm,
   memoryOf,
   type QueueId,
   timeoutOf,
@@ -48,6 +50,8 @@ export interface Bindings {
   readonly buckets: Readonly<Partial<Record<BucketId, IBucket>>>;
   readonly providerSecrets: readonly ISecret[];
   readonly alarmTopic: ITopic;
+  /** The API's public base URL (the CDN's, ending in `/v1`): only the jobs stack, after the site stack, has it. */
+  readonly publicBaseUrl?: string;
 }
 
 export interface GatewayFunctionProps {
@@ -59,6 +63,21 @@ export interface GatewayFunctionProps {
 }
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
+
+/**
+ * A settlement record the queue did not take (or had not acknowledged when the invocation ended) is logged whole
+ * and caught by the handler, so the function's error metric never moves; unless it is replayed, the call is
+ * never charged once the sweeper releases its hold. Each such line counts, and the first one alarms. Every function
+ * that sends settlements has it.
+ */
+const UNSENT_SETTLEMENT_ALARM: LogAlarm = {
+  id: 'unsent-settlements',
+  prefix: UNSENT_SETTLEMENT_PREFIX,
+  threshold: 1,
+  description:
+    'settlement records logged instead of sent in the last 5 minutes; ' +
+    'replay them from the log (npm run admin -- settlements replay) before their holds expire',
+};
 
 /** Metadata key naming the handler file a function is bundled from (the infra tests match it to `functions/`). */
 export const ENTRY_METADATA = 'svc:entry';
@@ -164,30 +183,27 @@ export class GatewayFunction extends Construct {
 
     this.bind(name, definition, bindings);
     this.alarms(functionName, bindings.alarmTopic);
-    if (definition.uses.sendsTo?.includes('settlement'))
-      this.unsentSettlementAlarm(functionName, logGroup, bindings.alarmTopic);
+    const logAlarms = [
+      ...(definition.uses.sendsTo?.includes('settlement') ? [UNSENT_SETTLEMENT_ALARM] : []),
+      ...(definition.logAlarms ?? []),
+    ];
+    for (const alarm of logAlarms) this.logAlarm(functionName, logGroup, bindings.alarmTopic, alarm);
   }
 
-  /**
-   * A settlement record the queue did not take (or had not acknowledged when the invocation ended) is logged whole
-   * and caught by the handler, so the function's error metric never moves; unless it is replayed, the call is
-   * never charged once the sweeper releases its hold. Each such line counts, and the first one alarms.
-   */
-  private unsentSettlementAlarm(functionName: string, logGroup: LogGroup, topic: ITopic): void {
-    const filter = new MetricFilter(this, 'unsent-settlements', {
+  /** Counts the log lines whose message begins with the alarm's prefix; `threshold` of them in 5 minutes alarm. */
+  private logAlarm(functionName: string, logGroup: LogGroup, topic: ITopic, alarm: LogAlarm): void {
+    const filter = new MetricFilter(this, alarm.id, {
       logGroup,
-      filterPattern: FilterPattern.stringValue('$.message', '=', `${UNSENT_SETTLEMENT_PREFIX}*`),
+      filterPattern: FilterPattern.stringValue('$.message', '=', `${alarm.prefix}*`),
       metricNamespace: 'InferenceGateway',
-      metricName: `${functionName}-unsent-settlements`,
+      metricName: `${functionName}-${alarm.id}`,
       metricValue: '1',
     });
-    new Alarm(this, 'unsent-settlements-alarm', {
-      alarmName: `${functionName}-unsent-settlements`,
-      alarmDescription:
-        `${functionName}: settlement records logged instead of sent in the last 5 minutes; ` +
-        'replay them from the log (npm run admin -- settlements replay) before their holds expire',
+    new Alarm(this, `${alarm.id}-alarm`, {
+      alarmName: `${functionName}-${alarm.id}`,
+      alarmDescription: `${functionName}: ${alarm.description}`,
       metric: filter.metric({ period: Duration.minutes(5), statistic: 'Sum' }),
-      threshold: 1,
+      threshold: alarm.threshold,
       evaluationPeriods: 1,
       comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: TreatMissingData.NOT_BREACHING,
@@ -221,6 +237,14 @@ export class GatewayFunction extends Construct {
       if (access === 'write' || access === 'readWrite') bucket.grantPut(fn, uses.bucketObjects?.[id] ?? '*');
     }
     if (uses.providerSecrets) for (const secret of bindings.providerSecrets) secret.grantRead(fn);
+    if (uses.publicApi) {
+      if (!bindings.publicBaseUrl)
+        throw new Error(
+          `${entryOf(name)} calls the public API, which ${Stack.of(this).stackName} cannot bind`,
+        );
+      // A plain URL, not a grant: the probe calls the API as any client does.
+      fn.addEnvironment(PROBE_BASE_URL_ENV, bindings.publicBaseUrl);
+    }
   }
 
   /** An unhandled error or a throttle is never routine: alarm on the first one in five minutes. */

@@ -15,7 +15,7 @@ import { type FunctionDefinition, functions, timeoutOf } from './functions.ts';
 import { queues, tables } from './resources.ts';
 
 /** Schedules a scheduled function can name (`schedule('…')` in lib/functions.ts). */
-export type ScheduleId = 'holdSweeper' | 'usageReport' | 'priceSync';
+export type ScheduleId = 'holdSweeper' | 'usageReport' | 'priceSync' | 'uptimeProbe';
 
 export interface StageConfig {
   /** Lowercase stage name; physical names are prefixed `svc-<stage>-`. */
@@ -130,6 +130,8 @@ export const DEFAULT_SCHEDULES: Readonly<Record<ScheduleId, string>> = {
   holdSweeper: 'rate(5 minutes)',
   usageReport: 'rate(5 minutes)',
   priceSync: 'rate(1 hour)',
+  // The incident rule judges minutes: one round a minute is the finest it can use.
+  uptimeProbe: 'rate(1 minute)',
 };
 
 /** The context key of each schedule, e.g. `-c holdSweeperSchedule="rate(10 minutes)"`. */

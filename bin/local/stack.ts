@@ -6,6 +6,7 @@ import { nanoToUsd } from '#core/pricing.ts';
 import { type Config, loadConfig } from '#functions/config.ts';
 import { type Container, createContainer } from '#functions/container.ts';
 import type { PriceSyncResult } from '#functions/price-sync.ts';
+import type { UptimeProbeSummary } from '#functions/uptime-probe.ts';
 import type { UsageReportEvent, UsageReportSummary } from '#functions/usage-report.ts';
 import { queues, tables } from '#lib/resources.ts';
 import type { ConsumerWorkerInput } from './consumer-worker.ts';
@@ -13,6 +14,7 @@ import { type EmulatorEndpoints, localClientConfig, startEmulators } from './emu
 import { createInstanceServer, type DrainResult, loadRoutes } from './function-host.ts';
 import { invocationContext } from './function-url.ts';
 import type { InstanceRequest, InstanceWorkerInput } from './instance-worker.ts';
+import { startLocalProbe } from './probe.ts';
 import { type Provisioned, provision } from './provision.ts';
 import { messagesLeft, waitForEmptyQueue } from './queue-drain.ts';
 import { readRegistryFile } from './registry-file.ts';
@@ -72,6 +74,8 @@ export interface LocalStackOptions {
   readonly priceSyncIntervalMs?: number;
   /** How often the usage report is published (default 5 minutes with `consumers`, else 0: on demand only). */
   readonly usageReportIntervalMs?: number;
+  /** How often the uptime probe asks the gateway (default 60 s with `consumers`, else 0: on demand only). */
+  readonly uptimeProbeIntervalMs?: number;
   /** Benchmark only: serve without admission (no limits, no holds) to measure what metering costs. */
   readonly metering?: boolean;
   /** Tests: the gateway's clock (GCRA with an injected clock). */
@@ -113,6 +117,11 @@ export interface LocalStack {
   priceSync(): Promise<PriceSyncResult>;
   /** Publishes `usage.json` now, as of `event.time` if given (it also runs every `usageReportIntervalMs`). */
   usageReport(event?: UsageReportEvent): Promise<UsageReportSummary>;
+  /**
+   * Runs the uptime probe now, against this stack's gateway or `baseUrl`, dated now or `at` (it also runs every
+   * `uptimeProbeIntervalMs`, against the gateway).
+   */
+  uptimeProbe(run?: { readonly baseUrl?: string; readonly at?: number }): Promise<UptimeProbeSummary>;
   /** Requests each instance has been handed so far, the main thread's first. */
   servedByInstance(): Promise<number[]>;
   /**
@@ -357,8 +366,18 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       stops.push(() => worker.stop());
       losses.push(worker.lost);
     }
+    const url = `http://${urlHost(host)}:${port}`;
+    const probe = await startLocalProbe({
+      config,
+      dynamodb: emulators.dynamodb,
+      // An unspecified address (every interface) is not one to call: the probe calls loopback.
+      baseUrl: `http://${urlHost(host === '0.0.0.0' ? '127.0.0.1' : host === '::' ? '::1' : host)}:${port}/v1`,
+      intervalMs: options.uptimeProbeIntervalMs ?? ((options.consumers ?? true) ? 60_000 : 0),
+      log: container.log,
+    });
+    stops.push(async () => probe.stop());
     return {
-      url: `http://${host}:${port}`,
+      url,
       lost: losses.length > 0 ? Promise.race(losses) : new Promise<Error>(() => {}),
       demoApiKey,
       revokedDemoKeys,
@@ -370,6 +389,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       container,
       priceSync,
       usageReport: (event) => site.runReport(event),
+      uptimeProbe: (run) => probe.run(run),
       servedByInstance: async () => [
         main.served(),
         ...(await Promise.all(
@@ -377,6 +397,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
         )),
       ],
       stop: async ({ graceMs } = {}) => {
+        await probe.stop();
         // A grace of 0 (SHUTDOWN_GRACE_MS=0) still drains: the calls under way are cut at once and charged as
         // client_aborted, not dropped unrecorded. Only a stop given no grace at all (tests) skips it.
         if (graceMs !== undefined) {
@@ -403,6 +424,9 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     throw error;
   }
 };
+
+/** A host as a URL names it: an IPv6 literal in brackets. */
+const urlHost = (host: string): string => (host.includes(':') ? `[${host}]` : host);
 
 /** Asks an instance worker something and resolves to its reply, the first message carrying `key`. */
 const ask = <T>(worker: ServiceWorker<'ready'>, request: InstanceRequest, key: keyof T): Promise<T> =>

@@ -57,7 +57,7 @@ export interface AccountingTables {
 const HOLD_SHARDS = 8;
 const AGGREGATE_SHARDS = 8;
 /** The usage report covers 30 days; a margin keeps the last day complete. */
-const USAGE_TTL_SECONDS = 40 * 86_400;
+export const USAGE_TTL_SECONDS = 40 * 86_400;
 /**
  * Settlement markers must outlive any redelivery (the queue keeps messages 4 days) and any replay the usage aggregates
  * could still count (admin `settlements replay` of an old log, a late DLQ redrive). Counted from the settling, they

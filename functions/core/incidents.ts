@@ -20,6 +20,10 @@ export interface MinuteCounts {
    * own (overload is load, not an outage), so they count towards "every call failed" and the failure rate named.
    */
   readonly overloaded?: number;
+  /** Checks the uptime probe's round made in this minute, when any failed (core/uptime-probe.ts); 0 or absent: none. */
+  readonly probeChecks?: number;
+  /** Which of them failed: bit `i` for check `i` (a failed check failed twice, 2 s apart). */
+  readonly probeFailed?: number;
 }
 
 export interface IncidentRule {
@@ -59,15 +63,28 @@ export interface Incident {
 
 const floorMinute = (ms: number): number => Math.floor(ms / MINUTE_MS) * MINUTE_MS;
 
+const popcount = (mask: number): number => {
+  let n = 0;
+  for (let rest = mask; rest !== 0; rest &= rest - 1) n++;
+  return n;
+};
+
+/** Every check of the minute's probe round failed: the public API answered nothing it should. */
+const unreachable = (m: MinuteCounts): boolean =>
+  (m.probeChecks ?? 0) > 0 && popcount(m.probeFailed ?? 0) >= (m.probeChecks ?? 0);
+
 /**
  * A minute is **down** when
  * - any call in it got the 503 of a registry that read as empty (nothing could be served), or
  * - it had a 5xx itself, and over the `windowMinutes` ending with it at least `minErrors` calls failed with a
- *   5xx and they were at least `errorRate` of the calls (quiet minutes count as zero).
+ *   5xx and they were at least `errorRate` of the calls (quiet minutes count as zero), or
+ * - a check of the uptime probe failed in it, and the same check failed in at least `minErrors` of the
+ *   `windowMinutes` rounds ending with it: an endpoint (or the key store) that keeps failing is down whatever the
+ *   traffic elsewhere, and one round lost to a blip is not. Checks are not calls: they do not dilute the calls' rate.
  *
  * Down minutes less than `mergeGapMinutes` apart form one incident, whose downtime is its number of down
- * minutes. It is MAJOR if in any of its minutes nothing could be served (an empty registry's 503, or every
- * call failed), MINOR otherwise; ONGOING until `resolveAfterMinutes` have passed since its last down minute.
+ * minutes. It is MAJOR if in any of its minutes nothing could be served (an empty registry's 503, every call
+ * failed, or every check of the probe), MINOR otherwise; ONGOING until `resolveAfterMinutes` have passed since its last down minute.
  * Incidents are returned newest first.
  *
  * Minutes before `judgedFrom` are context only: they fill the sliding window of the first judged minutes (the
@@ -93,12 +110,13 @@ export const detectIncidents = (
             serverErrors: seen.serverErrors + m.serverErrors,
             noEligible: seen.noEligible + m.noEligible,
             overloaded: (seen.overloaded ?? 0) + (m.overloaded ?? 0),
+            probeChecks: Math.max(seen.probeChecks ?? 0, m.probeChecks ?? 0),
+            probeFailed: (seen.probeFailed ?? 0) | (m.probeFailed ?? 0),
           }
         : { ...m, at },
     );
   }
-  const isDown = (m: MinuteCounts): boolean => {
-    if (m.noEligible > 0) return true;
+  const downByCalls = (m: MinuteCounts): boolean => {
     if (m.serverErrors === 0) return false;
     let requests = 0;
     let errors = 0;
@@ -109,9 +127,25 @@ export const detectIncidents = (
     }
     return errors >= rule.minErrors && errors >= rule.errorRate * requests;
   };
-  const down = [...byMinute.values()]
-    .filter((m) => m.at >= judgedFrom && isDown(m))
-    .sort((a, b) => a.at - b.at);
+  const downByProbe = (m: MinuteCounts): boolean => {
+    const failed = m.probeFailed ?? 0;
+    for (let check = 1; check !== 0 && check <= failed; check <<= 1) {
+      if ((failed & check) === 0) continue;
+      let rounds = 0;
+      for (let i = 0; i < rule.windowMinutes; i++)
+        if (((byMinute.get(m.at - i * MINUTE_MS)?.probeFailed ?? 0) & check) !== 0) rounds++;
+      if (rounds >= rule.minErrors) return true;
+    }
+    return false;
+  };
+  const byCalls = new Set<number>();
+  const down: MinuteCounts[] = [];
+  for (const m of [...byMinute.values()].sort((a, b) => a.at - b.at)) {
+    if (m.at < judgedFrom) continue;
+    const calls = m.noEligible > 0 || downByCalls(m);
+    if (calls) byCalls.add(m.at);
+    if (calls || downByProbe(m)) down.push(m);
+  }
 
   const groups: MinuteCounts[][] = [];
   for (const m of down) {
@@ -120,23 +154,33 @@ export const detectIncidents = (
     if (current && last && m.at - (last.at + MINUTE_MS) < rule.mergeGapMinutes * MINUTE_MS) current.push(m);
     else groups.push([m]);
   }
-  return groups.map((group) => describe(group, now, rule)).sort((a, b) => b.start - a.start);
+  return groups.map((group) => describe(group, byCalls, now, rule)).sort((a, b) => b.start - a.start);
 };
 
-const describe = (group: readonly MinuteCounts[], now: number, rule: IncidentRule): Incident => {
+/** `byCalls`: the starts of the minutes down on the calls' own evidence (the rest are down on the probe's). */
+const describe = (
+  group: readonly MinuteCounts[],
+  byCalls: ReadonlySet<number>,
+  now: number,
+  rule: IncidentRule,
+): Incident => {
   const first = group[0] as MinuteCounts;
   const last = group.at(-1) as MinuteCounts;
   const end = last.at + MINUTE_MS;
   const noEligible = group.some((m) => m.noEligible > 0);
   const failedIn = (m: MinuteCounts) => m.serverErrors + m.noEligible + (m.overloaded ?? 0);
-  const allFailed = group.some((m) => failedIn(m) >= m.requests);
+  const allFailed = group.some((m) => (m.requests > 0 && failedIn(m) >= m.requests) || unreachable(m));
   let name: string;
   if (noEligible) name = 'Service unavailable: no eligible model (503)';
-  else {
+  else if (group.some((m) => byCalls.has(m.at))) {
     const requests = group.reduce((sum, m) => sum + m.requests, 0);
     const errors = group.reduce((sum, m) => sum + failedIn(m), 0);
     name = `Elevated error rate: ${Math.round((100 * errors) / Math.max(1, requests))}% of calls failed`;
   }
+  // Down on the probe's word alone: what a platform that answers nothing, or an endpoint that cannot start, looks
+  // like (neither settles a call).
+  else if (group.some(unreachable)) name = 'Service unreachable: every uptime check failed';
+  else name = 'Partial outage: an endpoint failed its uptime checks';
   return {
     name,
     severity: noEligible || allFailed ? 'MAJOR' : 'MINOR',

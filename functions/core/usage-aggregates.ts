@@ -16,6 +16,8 @@ export interface AggregateIncrement {
    *   `r<MM>` (calls the platform was asked to serve: successes and faults, not the caller's own errors), `e<MM>`
    *   (5xx of a model or `platform`, but for deadline cuts and unwired models), `o<MM>` (429
    *   `engine_overloaded`) and `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
+   *   The uptime probe's rounds with a failed check are `pc<MM>` (checks made) and `pf<MM>` (which failed, a bit
+   *   per check), in an item of their own (core/uptime-probe.ts).
    */
   readonly subject: string;
   readonly counters: Readonly<Record<string, number>>;

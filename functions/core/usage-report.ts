@@ -206,8 +206,10 @@ const minutesOf = (row: AggregateRow, hour: number, now: number): MinuteCounts[]
       serverErrors: c(`e${mm}`),
       noEligible: c(`u${mm}`),
       overloaded: c(`o${mm}`),
+      probeChecks: c(`pc${mm}`),
+      probeFailed: c(`pf${mm}`),
     };
-    if (counts.requests + counts.serverErrors + counts.noEligible === 0) continue;
+    if (counts.requests + counts.serverErrors + counts.noEligible + counts.probeFailed === 0) continue;
     minutes.push({ at, ...counts });
   }
   return minutes;

@@ -87,15 +87,21 @@ const functionUrlShape: middy.MiddlewareObj<
 /**
  * A Function URL hands its function every method; the local host and the REST API route only these. So the
  * function itself answers a CORS preflight, and refuses any other method as the routers do (404 unknown_url,
- * OpenAI's answer for a method a path does not serve).
+ * OpenAI's answer for a method a path does not serve). A preflight is answered only by a function that can serve:
+ * `ready` builds what its calls need (kept after the first), and a function that cannot start fails the preflight
+ * as it fails every call — which the uptime probe, asking for preflights, must see (ADR 0008).
  */
 const allowMethods = (
   methods: readonly string[],
+  ready: () => unknown,
 ): middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> => ({
   before: (request) => {
     const { method } = request.event.requestContext.http;
     if (methods.includes(method)) return;
-    if (method === 'OPTIONS') return preflightResponse(request.event, methods, requestIdOf(request.context));
+    if (method === 'OPTIONS') {
+      ready();
+      return preflightResponse(request.event, methods, requestIdOf(request.context));
+    }
     throw new RouteNotFoundError(method, request.event.rawPath);
   },
 });
@@ -117,5 +123,6 @@ export const httpHandler = (fn: HttpHandlerFn, log: () => Logger, methods: reado
     .use(longBodiesPiped)
     .use(commonHeaders)
     .use(errorHandler(log))
-    .use(allowMethods(methods))
+    // The logger is the function's container's: reading it builds the container.
+    .use(allowMethods(methods, log))
     .handler((event, context) => fn(event as HttpEvent, context));

@@ -82,11 +82,23 @@ describe('price floor', () => {
     const sim = (await registry.load()).deployments.find((d) => d.id === `${MODEL}@sim-b`);
     expect(sim?.syncedCost).toMatchObject({ input: 0.5, output: 0.7 });
     // What `registry load` of last month's file or `deployments update` writes: the document, its old cost in it.
-    await registry.put([], [{ ...(sim as Deployment), cost: { input: 0.15, output: 0.6 }, weight: 2 }]);
+    await registry.put([], [{ ...(sim as Deployment), cost: { input: 0.1875, output: 0.6 }, weight: 2 }]);
     await t.stack.container.registry.refresh();
     expect(await published(MODEL)).toMatchObject({ input: 0.6, output: 0.84 });
     const after = (await registry.load()).deployments.find((d) => d.id === `${MODEL}@sim-b`);
     expect(after).toMatchObject({ weight: 2, syncedCost: { input: 0.5, output: 0.7 } });
+    // A cost so far below the provider's price (over 3×) that the synced price is not trusted: the floor stands on
+    // the configured cost, and the sync refuses that deployment's list until an operator raises the cost.
+    await registry.put([], [{ ...(after as Deployment), cost: { input: 0.1, output: 0.6 } }]);
+    await t.stack.container.registry.refresh();
+    expect(await published(MODEL)).toMatchObject({ input: 0.25, output: 0.84 });
+    expect((await sync()).refused).toEqual([
+      {
+        deployment: `${MODEL}@sim-b`,
+        model: MODEL,
+        rates: [{ rate: 'input', listed: 0.5, configured: 0.1, limit: 0.3 }],
+      },
+    ]);
     await registry.put([], [{ ...(after as Deployment), weight: 1 }]);
   });
 

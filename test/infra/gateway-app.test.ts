@@ -7,6 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
+import { PROBE_BASE_URL_ENV, UPTIME_CHECK_FAILED } from '#core/uptime-probe.ts';
 import { loadConfig } from '#functions/config.ts';
 import { CORS_HEADERS } from '#http/cors.ts';
 import { UNSENT_SETTLEMENT, UNSENT_SETTLEMENT_PREFIX } from '#http/unsent-settlement.ts';
@@ -282,6 +284,8 @@ describe('the CDK app', () => {
         ...read,
         'NODE_OPTIONS',
         ...Object.keys(definition.uses.buckets ?? {}).map((b) => buckets[b as keyof typeof buckets].envVar),
+        // Read by the uptime probe's handler itself, not config.ts (no other function has a public URL to call).
+        ...(definition.uses.publicApi ? [PROBE_BASE_URL_ENV] : []),
       ]);
       expect(
         Object.keys(variables).filter((k) => !allowed.has(k)),
@@ -550,6 +554,25 @@ describe('the CDK app', () => {
     }
   });
 
+  it('points the uptime probe at the API through the CDN, the base URL clients and the status page use', () => {
+    const distribution = one(all('AWS::CloudFront::Distribution'), 'the distribution');
+    for (const [name, definition] of Object.entries(rows)) {
+      const fn = functionOf(name);
+      const url = fn.properties.Environment.Variables[PROBE_BASE_URL_ENV];
+      if (!definition.uses.publicApi) {
+        expect(url, name).toBeUndefined();
+        continue;
+      }
+      // `https://` + the distribution's domain name + `/v1`.
+      const [separator, parts] = url['Fn::Join'];
+      expect(separator).toBe('');
+      expect(parts[0]).toBe('https://');
+      expect(parts.at(-1)).toBe('/v1');
+      expect(referencesIn(fn.stack, parts.slice(1, -1))).toEqual([key(distribution)]);
+    }
+    expect(Object.values(rows).filter((d) => d.uses.publicApi)).toHaveLength(1);
+  });
+
   it('alarms on DLQ depth and queue age, every function’s errors and throttles, and the API’s and Function URLs’ 5xx rates, to the alarm topic', () => {
     const topic = key(one(all('AWS::SNS::Topic'), 'the alarm topic'));
     const alarms = all('AWS::CloudWatch::Alarm');
@@ -657,6 +680,44 @@ describe('the CDK app', () => {
       );
       expect(alarm.properties).toMatchObject({ Threshold: 1, Statistic: 'Sum', Period: 300 });
       expect(referencesIn(alarm.stack, alarm.properties.AlarmActions)).toEqual([topic]);
+    }
+  });
+
+  it('alarms on the log lines a function declares: a refused price sync, failed uptime checks', () => {
+    const topic = key(one(all('AWS::SNS::Topic'), 'the alarm topic'));
+    const declared = Object.entries(rows).flatMap(([name, d]) =>
+      (d.logAlarms ?? []).map((a) => ({ name, ...a })),
+    );
+    expect(declared.map((a) => `${a.name} ${a.prefix} ≥${a.threshold}`).sort()).toEqual([
+      `price-sync ${PRICE_SYNC_REFUSED_PREFIX} ≥1`,
+      `uptime-probe ${UPTIME_CHECK_FAILED} ≥3`,
+    ]);
+    for (const alarm of declared) {
+      const group = one(
+        all('AWS::Logs::LogGroup').filter(
+          (g) => g.properties.LogGroupName === `/aws/lambda/${PREFIX}-${alarm.name}`,
+        ),
+        `${alarm.name}'s log group`,
+      );
+      const filter = one(
+        all('AWS::Logs::MetricFilter').filter(
+          (f) =>
+            referencesIn(f.stack, f.properties.LogGroupName).includes(key(group)) &&
+            f.properties.FilterPattern === `{ $.message = "${alarm.prefix}*" }`,
+        ),
+        `${alarm.name}'s ${alarm.id} filter`,
+      ).properties;
+      const transformation = (filter.MetricTransformations as Json[])[0];
+      const found = one(
+        all('AWS::CloudWatch::Alarm').filter(
+          (a) =>
+            a.properties.MetricName === transformation.MetricName &&
+            a.properties.Namespace === transformation.MetricNamespace,
+        ),
+        `${alarm.name}'s ${alarm.id} alarm`,
+      );
+      expect(found.properties).toMatchObject({ Threshold: alarm.threshold, Statistic: 'Sum', Period: 300 });
+      expect(referencesIn(found.stack, found.properties.AlarmActions)).toEqual([topic]);
     }
   });
 

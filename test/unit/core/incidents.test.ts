@@ -125,3 +125,81 @@ describe('detectIncidents', () => {
     ]);
   });
 });
+
+describe('detectIncidents with the uptime probe’s failed checks', () => {
+  const ALL = 0b11111;
+  /** Minute `i` in which the probe's five checks ran and those of `failed` (a bit each) failed. */
+  const probed = (i: number, failed: number, requests = 0, serverErrors = 0): MinuteCounts => ({
+    ...minute(i, requests, serverErrors),
+    probeChecks: 5,
+    probeFailed: failed,
+  });
+
+  it('makes a platform that answers nothing down from the third round, MAJOR, with no call settled', () => {
+    const [incident, ...rest] = detectIncidents(
+      [probed(10, ALL), probed(11, ALL), probed(12, ALL), probed(13, ALL)],
+      T0 + 40 * MIN,
+    );
+    expect(rest).toEqual([]);
+    expect(incident).toEqual({
+      name: 'Service unreachable: every uptime check failed',
+      severity: 'MAJOR',
+      status: 'RESOLVED',
+      start: T0 + 12 * MIN,
+      end: T0 + 14 * MIN,
+      downtimeMinutes: 2,
+    });
+  });
+
+  it('takes a round or two lost to a blip for no outage', () => {
+    expect(detectIncidents([probed(10, ALL)], T0 + 40 * MIN)).toEqual([]);
+    expect(detectIncidents([probed(10, ALL), probed(12, ALL), probed(20, ALL)], T0 + 40 * MIN)).toEqual([]);
+    // Different checks failing in different rounds are not one endpoint that keeps failing.
+    expect(detectIncidents([probed(10, 0b1), probed(11, 0b10), probed(12, 0b100)], T0 + 40 * MIN)).toEqual(
+      [],
+    );
+  });
+
+  it('sees one endpoint that keeps failing as a partial outage, MINOR, however busy the others are', () => {
+    // The chat preflight (bit 0) fails every round while 100 other calls a minute succeed.
+    const busy = [10, 11, 12, 13].map((i) => probed(i, 0b1, 100));
+    const [incident, ...rest] = detectIncidents(busy, T0 + 40 * MIN);
+    expect(rest).toEqual([]);
+    expect(incident).toEqual({
+      name: 'Partial outage: an endpoint failed its uptime checks',
+      severity: 'MINOR',
+      status: 'RESOLVED',
+      start: T0 + 12 * MIN,
+      end: T0 + 14 * MIN,
+      downtimeMinutes: 2,
+    });
+    // Three of five rounds are enough; they need not be in a row.
+    expect(detectIncidents([probed(10, 0b1), probed(12, 0b1), probed(14, 0b1)], T0 + 40 * MIN)).toEqual([
+      expect.objectContaining({ start: T0 + 14 * MIN, downtimeMinutes: 1, severity: 'MINOR' }),
+    ]);
+  });
+
+  it('leaves the calls’ own rule as it was: checks neither dilute nor add to their rate', () => {
+    // Three failed calls out of three in a quiet minute are down whether or not a check failed then.
+    expect(detectIncidents([minute(10, 3, 3)], T0 + 40 * MIN)).toEqual([
+      expect.objectContaining({ name: 'Elevated error rate: 100% of calls failed', severity: 'MAJOR' }),
+    ]);
+    expect(detectIncidents([probed(10, 0b1, 3, 3)], T0 + 40 * MIN)).toEqual([
+      expect.objectContaining({ name: 'Elevated error rate: 100% of calls failed', severity: 'MAJOR' }),
+    ]);
+    // Two failed calls and a failed check are not the three failures the calls' rule asks for.
+    expect(detectIncidents([probed(10, 0b1, 2, 2)], T0 + 40 * MIN)).toEqual([]);
+  });
+
+  it('names an incident the calls and the probe both saw by the calls, and makes it MAJOR if every check failed', () => {
+    const [incident] = detectIncidents(
+      [probed(10, ALL, 10, 2), probed(11, ALL, 10, 2), probed(12, ALL, 20, 20)],
+      T0 + 40 * MIN,
+    );
+    expect(incident).toMatchObject({
+      name: 'Elevated error rate: 100% of calls failed',
+      severity: 'MAJOR',
+      start: T0 + 12 * MIN,
+    });
+  });
+});

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Model } from '#core/registry.ts';
 import type { Outcome, SettlementRecord } from '#core/settlement.ts';
+import { type ProbeRound, probeIncrement } from '#core/uptime-probe.ts';
 import { aggregatesFor, faultDetail, faultFor, parseSubject } from '#core/usage-aggregates.ts';
 import {
   type AggregateRow,
@@ -454,6 +455,45 @@ describe('buildUsageReport', () => {
     expect(r.totals.downtime_minutes).toBe(600);
     // (41,790 − 600) / 41,790, rounded down; over 43,200 minutes it read 98.611.
     expect(r.totals.uptime_percent).toBe(98.564);
+  });
+
+  it('counts the uptime probe’s failed checks as downtime of a platform that settled nothing, and nowhere else', () => {
+    // A platform that answered nothing from 12:10 to 12:14: no call settled, each probe round failed all five checks.
+    const rounds: ProbeRound[] = [10, 11, 12, 13].map((i) => ({
+      at: T0 + i * MIN + 2 * SEC,
+      checks: 5,
+      failures: Array.from({ length: 5 }, (_, k) => ({ index: k, check: `check ${k}`, reason: 'no answer' })),
+    }));
+    const rows = rounds.map(probeIncrement).filter((i) => i !== null);
+    expect(rows[0]).toEqual({
+      day: '2026-11-22',
+      subject: 'minutes#12',
+      counters: { pc10: 5, pf10: 0b11111 },
+    });
+    // The store sums a subject's items: the probe's item beside the settled calls' shards.
+    const stored: AggregateRow = {
+      day: '2026-11-22',
+      subject: 'minutes#12',
+      counters: Object.assign({}, ...rows.map((r) => r.counters)),
+    };
+    const r = buildUsageReport({ now: T0 + 40 * MIN, models, rows: [stored], recentFaults: [] });
+    expect(r.incidents).toEqual([
+      expect.objectContaining({
+        name: 'Service unreachable: every uptime check failed',
+        severity: 'MAJOR',
+        start: '2026-11-22T12:12:00.000Z',
+        end: '2026-11-22T12:14:00.000Z',
+        downtime_minutes: 2,
+      }),
+    ]);
+    expect(r.totals).toMatchObject({ requests: 0, downtime_minutes: 2 });
+    expect(r.totals.uptime_percent).toBeLessThan(100);
+    // Checks are not calls: no funnel row, no recent fault, no model's fault.
+    expect(r.error_funnel).toEqual([]);
+    expect(r.recent_faults).toEqual([]);
+    expect(r.models.every((m) => m.faults === 0)).toBe(true);
+    // A round that found everything answering files nothing.
+    expect(probeIncrement({ at: T0, checks: 5, failures: [] })).toBeNull();
   });
 
   it('is as of its moment: nothing after it counts as an incident or a recent fault', () => {
