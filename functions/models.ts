@@ -56,6 +56,7 @@ export const createHandler = (container: () => Container) =>
     },
     () => container().log,
     ['GET'],
+    container,
   );
 
 export const handler = createHandler(containerFromEnv);

@@ -16,6 +16,7 @@ import {
   probeIncrement,
   probeKey,
   UPTIME_CHECK_FAILED,
+  UPTIME_ROUND_FAILED,
 } from '#core/uptime-probe.ts';
 import { type Config, loadConfig } from './config.ts';
 
@@ -64,14 +65,17 @@ const noAnswer = (error: unknown, timeoutMs: number): string => {
   return typeof code === 'string' && /^[A-Z_]+$/.test(code) ? `no answer (${code})` : 'no answer';
 };
 
-/** One request of a check, judged: null when it got the answer it should, else why not. */
-const ask = async (deps: UptimeProbeDeps, c: ProbeCheck): Promise<string | null> => {
+/** What one request of a check found wrong, or null when it got the answer it should. */
+type Verdict = { readonly reason: string; readonly storeUnreachable: boolean } | null;
+
+const ask = async (deps: UptimeProbeDeps, c: ProbeCheck): Promise<Verdict> => {
   let answer: ProbeAnswer;
   try {
     const response = await deps.fetch(`${deps.baseUrl}${c.path}`, {
       method: c.method,
-      headers: c.headers,
+      headers: c.headers(),
       redirect: 'manual',
+      // Per attempt, and it bounds reading the body too.
       signal: AbortSignal.timeout(deps.timeoutMs),
     });
     const headers: Record<string, string> = {};
@@ -80,22 +84,29 @@ const ask = async (deps: UptimeProbeDeps, c: ProbeCheck): Promise<string | null>
     });
     answer = { status: response.status, headers, body: (await response.text()).slice(0, MAX_BODY_CHARS) };
   } catch (error) {
-    return noAnswer(error, deps.timeoutMs);
+    return { reason: noAnswer(error, deps.timeoutMs), storeUnreachable: false };
   }
-  return c.expect(answer);
+  const reason = c.expect(answer);
+  return reason === null ? null : { reason, storeUnreachable: c.storeUnreachable?.(answer) ?? false };
 };
 
 /** A check, asked again once after a failure; the second answer is the one reported. */
 const check = async (deps: UptimeProbeDeps, c: ProbeCheck, index: number): Promise<ProbeFailure | null> => {
   if ((await ask(deps, c)) === null) return null;
   await new Promise((resolve) => setTimeout(resolve, deps.retryDelayMs));
-  const reason = await ask(deps, c);
-  return reason === null ? null : { index, check: c.name, reason };
+  const verdict = await ask(deps, c);
+  if (verdict === null) return null;
+  return {
+    index,
+    check: c.name,
+    reason: verdict.reason,
+    ...(verdict.storeUnreachable ? { storeUnreachable: true } : {}),
+  };
 };
 
 /** One round: every check at once, judged. */
 export const probeRound = async (deps: UptimeProbeDeps, at: number): Promise<ProbeRound> => {
-  const checks = probeChecks(probeKey(deps.randomBytes));
+  const checks = probeChecks(() => probeKey(deps.randomBytes));
   const results = await Promise.all(checks.map((c, i) => check(deps, c, i)));
   return { at, checks: checks.length, failures: results.filter((r) => r !== null) };
 };
@@ -112,6 +123,10 @@ export const createHandler = (deps: () => UptimeProbeDeps) =>
     const d = deps();
     const round = await probeRound(d, d.clock.now());
     for (const { check, reason } of round.failures) d.log.warn(UPTIME_CHECK_FAILED, { check, reason });
+    // One line per failed round, which the alarm counts: rounds, as the incident rule does, not checks (one round
+    // of five failed checks is one blip, not five).
+    if (round.failures.length > 0)
+      d.log.warn(UPTIME_ROUND_FAILED, { failed: round.failures.length, checks: round.checks });
     const increment = probeIncrement(round);
     if (increment) await d.probeLog.recordFailures(increment);
     return {

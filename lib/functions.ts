@@ -6,7 +6,7 @@
  */
 
 import { MAX_SYNCED_RISE, PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
-import { UPTIME_CHECK_FAILED } from '#core/uptime-probe.ts';
+import { UPTIME_ROUND_FAILED } from '#core/uptime-probe.ts';
 import { buckets, type queues, settlementConsumerTimeoutSeconds, type TableId } from './resources.ts';
 import type { ScheduleId } from './stage.ts';
 
@@ -65,8 +65,12 @@ export interface LogAlarm {
   /** Names the metric filter, the metric and the alarm (`<function>-<id>`). */
   readonly id: string;
   readonly prefix: string;
-  /** Such lines in 5 minutes that raise it. */
+  /** Such lines in a period (5 minutes unless `periodMinutes`) that make the period breach. */
   readonly threshold: number;
+  readonly periodMinutes?: number;
+  /** Breaching periods among the last `evaluationPeriods` that raise it (default 1 of 1). */
+  readonly datapointsToAlarm?: number;
+  readonly evaluationPeriods?: number;
   /** What it means and what to do, after the function's name in the alarm's description. */
   readonly description: string;
 }
@@ -183,13 +187,18 @@ export const functions = {
     uses: { tables: { usage: ['UpdateItem'] }, publicApi: true },
     // The default 60 s: a check that fails takes up to 10 s, 2 s of pause and 10 s again, all checks at once.
     // The alarms on errors and 5xx rates see only calls that reached a function; this sees the ones that did not.
-    // Three, as the incident rule's minimum: one lost check is no outage.
+    // A failed round in 3 of the last 5 minutes, as the incident rule asks of a check: one blip is no outage.
     logAlarms: [
       {
-        id: 'failed-checks',
-        prefix: UPTIME_CHECK_FAILED,
-        threshold: 3,
-        description: 'the public API failed uptime checks (preflights, a key lookup) in the last 5 minutes',
+        id: 'failed-rounds',
+        prefix: UPTIME_ROUND_FAILED,
+        threshold: 1,
+        periodMinutes: 1,
+        datapointsToAlarm: 3,
+        evaluationPeriods: 5,
+        description:
+          'the public API failed uptime checks (preflights, a key lookup) in 3 of the last 5 minutes; ' +
+          'the failed checks are the warnings before each round',
       },
     ],
   },

@@ -190,7 +190,7 @@ export class GatewayFunction extends Construct {
     for (const alarm of logAlarms) this.logAlarm(functionName, logGroup, bindings.alarmTopic, alarm);
   }
 
-  /** Counts the log lines whose message begins with the alarm's prefix; `threshold` of them in 5 minutes alarm. */
+  /** Counts the log lines whose message begins with the alarm's prefix; `threshold` of them in a period breach it. */
   private logAlarm(functionName: string, logGroup: LogGroup, topic: ITopic, alarm: LogAlarm): void {
     const filter = new MetricFilter(this, alarm.id, {
       logGroup,
@@ -202,9 +202,10 @@ export class GatewayFunction extends Construct {
     new Alarm(this, `${alarm.id}-alarm`, {
       alarmName: `${functionName}-${alarm.id}`,
       alarmDescription: `${functionName}: ${alarm.description}`,
-      metric: filter.metric({ period: Duration.minutes(5), statistic: 'Sum' }),
+      metric: filter.metric({ period: Duration.minutes(alarm.periodMinutes ?? 5), statistic: 'Sum' }),
       threshold: alarm.threshold,
-      evaluationPeriods: 1,
+      evaluationPeriods: alarm.evaluationPeriods ?? 1,
+      datapointsToAlarm: alarm.datapointsToAlarm ?? alarm.evaluationPeriods ?? 1,
       comparisonOperator: ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: TreatMissingData.NOT_BREACHING,
     }).addAlarmAction(new SnsAction(topic));

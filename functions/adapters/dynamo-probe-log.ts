@@ -7,8 +7,9 @@ import { USAGE_TTL_SECONDS } from './dynamo-accounting.ts';
 /**
  * Files the uptime probe's failed checks beside the settled calls' minute counters: `agg#<day>` /
  * `minutes#<HH>#probe`, an item of the probe's own (the settlement consumer's shards are `#0`–`#7`; the report sums
- * whatever follows the subject). The counter is *set*, not added to: a round is its minute's one measurement, and a
- * tick delivered twice files it once.
+ * whatever follows the subject). The counters are *set*, not added to: a round is its minute's one measurement (a
+ * second round in the minute that fails replaces the first's). The report adds up a subject's items, which is right
+ * for `pf`'s bits only because this is the one item that carries them.
  */
 export class DynamoProbeLog implements ProbeLog {
   readonly #client: DynamoDBClient;

@@ -22,7 +22,10 @@ export interface MinuteCounts {
   readonly overloaded?: number;
   /** Checks the uptime probe's round made in this minute, when any failed (core/uptime-probe.ts); 0 or absent: none. */
   readonly probeChecks?: number;
-  /** Which of them failed: bit `i` for check `i` (a failed check failed twice, 2 s apart). */
+  /**
+   * Which of them failed: bit `i` for check `i` (a failed check failed twice, 2 s apart), and bit `probeChecks`
+   * when the key lookup's failure was the key store's (a 503: every call reads it).
+   */
   readonly probeFailed?: number;
 }
 
@@ -63,16 +66,6 @@ export interface Incident {
 
 const floorMinute = (ms: number): number => Math.floor(ms / MINUTE_MS) * MINUTE_MS;
 
-const popcount = (mask: number): number => {
-  let n = 0;
-  for (let rest = mask; rest !== 0; rest &= rest - 1) n++;
-  return n;
-};
-
-/** Every check of the minute's probe round failed: the public API answered nothing it should. */
-const unreachable = (m: MinuteCounts): boolean =>
-  (m.probeChecks ?? 0) > 0 && popcount(m.probeFailed ?? 0) >= (m.probeChecks ?? 0);
-
 /**
  * A minute is **down** when
  * - any call in it got the 503 of a registry that read as empty (nothing could be served), or
@@ -83,8 +76,8 @@ const unreachable = (m: MinuteCounts): boolean =>
  *   traffic elsewhere, and one round lost to a blip is not. Checks are not calls: they do not dilute the calls' rate.
  *
  * Down minutes less than `mergeGapMinutes` apart form one incident, whose downtime is its number of down
- * minutes. It is MAJOR if in any of its minutes nothing could be served (an empty registry's 503, every call
- * failed, or every check of the probe), MINOR otherwise; ONGOING until `resolveAfterMinutes` have passed since its last down minute.
+ * minutes. It is MAJOR if in any of its minutes nothing could be served (an empty registry's 503; every call failed
+ * in a minute the calls made down; every check of the probe, or the key store, kept failing), MINOR otherwise; ONGOING until `resolveAfterMinutes` have passed since its last down minute.
  * Incidents are returned newest first.
  *
  * Minutes before `judgedFrom` are context only: they fill the sliding window of the first judged minutes (the
@@ -111,7 +104,7 @@ export const detectIncidents = (
             noEligible: seen.noEligible + m.noEligible,
             overloaded: (seen.overloaded ?? 0) + (m.overloaded ?? 0),
             probeChecks: Math.max(seen.probeChecks ?? 0, m.probeChecks ?? 0),
-            probeFailed: (seen.probeFailed ?? 0) | (m.probeFailed ?? 0),
+            probeFailed: ((seen.probeFailed ?? 0) | (m.probeFailed ?? 0)) >>> 0,
           }
         : { ...m, at },
     );
@@ -127,63 +120,81 @@ export const detectIncidents = (
     }
     return errors >= rule.minErrors && errors >= rule.errorRate * requests;
   };
-  const downByProbe = (m: MinuteCounts): boolean => {
-    const failed = m.probeFailed ?? 0;
-    for (let check = 1; check !== 0 && check <= failed; check <<= 1) {
-      if ((failed & check) === 0) continue;
-      let rounds = 0;
-      for (let i = 0; i < rule.windowMinutes; i++)
-        if (((byMinute.get(m.at - i * MINUTE_MS)?.probeFailed ?? 0) & check) !== 0) rounds++;
-      if (rounds >= rule.minErrors) return true;
-    }
-    return false;
+  /** Probe bit `bit` failed in this minute and in at least `minErrors` of the rounds of the window ending with it. */
+  const persists = (m: MinuteCounts, bit: number): boolean => {
+    if (((m.probeFailed ?? 0) & bit) === 0) return false;
+    let rounds = 0;
+    for (let i = 0; i < rule.windowMinutes; i++)
+      if (((byMinute.get(m.at - i * MINUTE_MS)?.probeFailed ?? 0) & bit) !== 0) rounds++;
+    return rounds >= rule.minErrors;
   };
-  const byCalls = new Set<number>();
-  const down: MinuteCounts[] = [];
+  const judged: JudgedMinute[] = [];
   for (const m of [...byMinute.values()].sort((a, b) => a.at - b.at)) {
     if (m.at < judgedFrom) continue;
-    const calls = m.noEligible > 0 || downByCalls(m);
-    if (calls) byCalls.add(m.at);
-    if (calls || downByProbe(m)) down.push(m);
+    const checks = m.probeChecks ?? 0;
+    const failing: boolean[] = [];
+    for (let i = 0; i <= checks && i < MAX_PROBE_BITS; i++) failing.push(persists(m, 2 ** i));
+    const byCalls = m.noEligible > 0 || downByCalls(m);
+    if (!byCalls && !failing.includes(true)) continue;
+    judged.push({
+      ...m,
+      byCalls,
+      // Every check, each for 3 of the last 5 rounds: not one blip round in which all of them failed.
+      unreachable: checks > 0 && failing.slice(0, checks).every(Boolean),
+      storeDown: checks > 0 && failing[checks] === true,
+    });
   }
 
-  const groups: MinuteCounts[][] = [];
-  for (const m of down) {
+  const groups: JudgedMinute[][] = [];
+  for (const m of judged) {
     const current = groups.at(-1);
     const last = current?.at(-1);
     if (current && last && m.at - (last.at + MINUTE_MS) < rule.mergeGapMinutes * MINUTE_MS) current.push(m);
     else groups.push([m]);
   }
-  return groups.map((group) => describe(group, byCalls, now, rule)).sort((a, b) => b.start - a.start);
+  return groups.map((group) => describe(group, now, rule)).sort((a, b) => b.start - a.start);
 };
 
-/** `byCalls`: the starts of the minutes down on the calls' own evidence (the rest are down on the probe's). */
-const describe = (
-  group: readonly MinuteCounts[],
-  byCalls: ReadonlySet<number>,
-  now: number,
-  rule: IncidentRule,
-): Incident => {
-  const first = group[0] as MinuteCounts;
-  const last = group.at(-1) as MinuteCounts;
+/** Bits of `probeFailed`: the probe's checks and the key store's bit after them (core/uptime-probe.ts). */
+const MAX_PROBE_BITS = 31;
+
+/** A down minute and the evidence that made it down. */
+interface JudgedMinute extends MinuteCounts {
+  /** Down on the calls' own evidence (their 5xx rate, or an empty registry's 503). */
+  readonly byCalls: boolean;
+  /** Every check of the probe kept failing: the public API answers nothing it should. */
+  readonly unreachable: boolean;
+  /** The key lookup kept answering 503: the key store every call reads cannot be reached. */
+  readonly storeDown: boolean;
+}
+
+const describe = (group: readonly JudgedMinute[], now: number, rule: IncidentRule): Incident => {
+  const first = group[0] as JudgedMinute;
+  const last = group.at(-1) as JudgedMinute;
   const end = last.at + MINUTE_MS;
   const noEligible = group.some((m) => m.noEligible > 0);
   const failedIn = (m: MinuteCounts) => m.serverErrors + m.noEligible + (m.overloaded ?? 0);
-  const allFailed = group.some((m) => (m.requests > 0 && failedIn(m) >= m.requests) || unreachable(m));
+  // Only the evidence that made a minute down says how bad it was: a minute down on the probe's word is not made
+  // MAJOR by its one failed call, nor a minute down on the calls' by one round of the probe that failed whole.
+  const byCalls = group.filter((m) => m.byCalls);
+  const nothingServed =
+    byCalls.some((m) => m.requests > 0 && failedIn(m) >= m.requests) ||
+    group.some((m) => m.unreachable || m.storeDown);
   let name: string;
   if (noEligible) name = 'Service unavailable: no eligible model (503)';
-  else if (group.some((m) => byCalls.has(m.at))) {
-    const requests = group.reduce((sum, m) => sum + m.requests, 0);
-    const errors = group.reduce((sum, m) => sum + failedIn(m), 0);
+  else if (byCalls.length > 0) {
+    const requests = byCalls.reduce((sum, m) => sum + m.requests, 0);
+    const errors = byCalls.reduce((sum, m) => sum + failedIn(m), 0);
     name = `Elevated error rate: ${Math.round((100 * errors) / Math.max(1, requests))}% of calls failed`;
   }
-  // Down on the probe's word alone: what a platform that answers nothing, or an endpoint that cannot start, looks
-  // like (neither settles a call).
-  else if (group.some(unreachable)) name = 'Service unreachable: every uptime check failed';
+  // Down on the probe's word alone: what a platform that answers nothing, a store nothing can read, or an endpoint
+  // that cannot start looks like (none of them settles a call).
+  else if (group.some((m) => m.storeDown)) name = 'Service unavailable: the key store cannot be reached';
+  else if (group.some((m) => m.unreachable)) name = 'Service unreachable: every uptime check failed';
   else name = 'Partial outage: an endpoint failed its uptime checks';
   return {
     name,
-    severity: noEligible || allFailed ? 'MAJOR' : 'MINOR',
+    severity: noEligible || nothingServed ? 'MAJOR' : 'MINOR',
     status: now - end < rule.resolveAfterMinutes * MINUTE_MS ? 'ONGOING' : 'RESOLVED',
     start: first.at,
     end,

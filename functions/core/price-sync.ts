@@ -67,7 +67,10 @@ export const planPriceSync = (
         : {}),
     };
     const above: RefusedRate[] = [];
-    for (const rate of RATE_NAMES) {
+    // A deployment that serves no call (drained to weight 0, retired) sets no floor: its price reaches nobody, and
+    // refusing it would only alarm. The floor bounds it again if it comes back (price-floor.ts).
+    const serving = d.status === 'active' && d.weight > 0;
+    for (const rate of serving ? RATE_NAMES : []) {
       const value = applicable[rate];
       const limit = syncBound(model, d, rate);
       // Written so that a listed NaN is refused too, not let through by a comparison that is always false.

@@ -18,8 +18,11 @@ import { type AggregateIncrement, utcDay } from './usage-aggregates.ts';
 /** The API's public base URL, ending in `/v1` (the stacks set the CDN's: what clients and the status page use). */
 export const PROBE_BASE_URL_ENV = 'PROBE_BASE_URL';
 
-/** The message of the warn line each failed check logs (functions/uptime-probe.ts), which an alarm matches. */
+/** The message of the warn line each failed check logs (functions/uptime-probe.ts). */
 export const UPTIME_CHECK_FAILED = 'uptime probe check failed';
+
+/** The message of the one warn line a round with a failed check logs, which the operators' alarm counts. */
+export const UPTIME_ROUND_FAILED = 'uptime probe round failed';
 
 /** One request of a probe round. */
 export interface ProbeCheck {
@@ -28,9 +31,12 @@ export interface ProbeCheck {
   readonly method: 'OPTIONS' | 'GET';
   /** Under the API's base URL (which ends in `/v1`), e.g. `/embeddings`. */
   readonly path: string;
-  readonly headers: Readonly<Record<string, string>>;
+  /** Asked for each attempt: the key lookup's key is new every time. */
+  readonly headers: () => Readonly<Record<string, string>>;
   /** What the answer must be; anything else (a timeout, a refused connection) fails too. */
   readonly expect: (answer: ProbeAnswer) => string | null;
+  /** A wrong answer that every call shares, whatever its endpoint: the key store cannot be reached. */
+  readonly storeUnreachable?: (answer: ProbeAnswer) => boolean;
 }
 
 /** What came back, as much as the judge reads: the status, headers (lower-case names) and the body's text. */
@@ -46,6 +52,8 @@ export interface ProbeFailure {
   readonly check: string;
   /** Fixed words and the status: never an answer's body, which the logs would then carry. */
   readonly reason: string;
+  /** The answer was the key store's failure (ProbeCheck.storeUnreachable). */
+  readonly storeUnreachable?: boolean;
 }
 
 /** What a probe round found. */
@@ -71,11 +79,11 @@ const preflight = (path: string): ProbeCheck => ({
   name: `preflight ${path}`,
   method: 'OPTIONS',
   path,
-  headers: {
+  headers: () => ({
     origin: PROBE_ORIGIN,
     'access-control-request-method': 'POST',
     'access-control-request-headers': 'authorization, content-type',
-  },
+  }),
   expect: ({ status, headers }) => {
     if (status !== 204) return `answered ${status}, not 204`;
     const methods = (headers['access-control-allow-methods'] ?? '').split(/\s*,\s*/);
@@ -97,11 +105,14 @@ export const probeKey = (randomBytes: (n: number) => Uint8Array): string => {
   return `${KEY_PREFIX}${secret}`;
 };
 
-const keyLookup = (key: string): ProbeCheck => ({
+const keyLookup = (newKey: () => string): ProbeCheck => ({
   name: 'key lookup',
   method: 'GET',
   path: '/models',
-  headers: { authorization: `Bearer ${key}` },
+  // A new key each attempt: a first attempt that timed out may still have taught an instance that its key is unknown.
+  headers: () => ({ authorization: `Bearer ${newKey()}` }),
+  // The gateway's answer when a key cannot be looked up (fail closed): the store every call reads first.
+  storeUnreachable: ({ status }) => status === 503,
   expect: ({ status, body }) => {
     if (status !== 401) return `answered ${status}, not 401`;
     try {
@@ -113,13 +124,20 @@ const keyLookup = (key: string): ProbeCheck => ({
   },
 });
 
-/** One round's checks: a preflight of every POST endpoint, and one key lookup with a key of its own. */
-export const probeChecks = (key: string): ProbeCheck[] => [...POST_PATHS.map(preflight), keyLookup(key)];
+/**
+ * One round's checks: a preflight of every POST endpoint, and one key lookup with keys of its own. Each has its bit
+ * in the minute's `pf` counter, and the key store one more after them: at most 30 checks, so a mask stays a
+ * positive 32-bit integer.
+ */
+export const probeChecks = (newKey: () => string): ProbeCheck[] => [
+  ...POST_PATHS.map(preflight),
+  keyLookup(newKey),
+];
 
 /**
  * A round with failed checks as the minute counters the incident rule reads (`minutes#<HH>`): `pc<MM>`, the checks it
- * made, and `pf<MM>`, which failed, bit `i` for check `i` — the rule follows each check across rounds, so one
- * endpoint that keeps failing is seen however busy the others are. Null when nothing failed: a round that found the
+ * made, and `pf<MM>`, which failed, bit `i` for check `i`, and bit `pc` when the key store could not be reached — the
+ * rule follows each check across rounds, so one endpoint that keeps failing is seen however busy the others are. Null when nothing failed: a round that found the
  * platform answering adds nothing (ADR 0008: checks are not calls).
  */
 export const probeIncrement = (round: ProbeRound): AggregateIncrement | null => {
@@ -132,7 +150,10 @@ export const probeIncrement = (round: ProbeRound): AggregateIncrement | null => 
     subject: `minutes#${pad(time.getUTCHours())}`,
     counters: {
       [`pc${mm}`]: round.checks,
-      [`pf${mm}`]: round.failures.reduce((mask, f) => mask | (1 << f.index), 0),
+      [`pf${mm}`]: round.failures.reduce(
+        (mask, f) => mask + 2 ** f.index,
+        round.failures.some((f) => f.storeUnreachable) ? 2 ** round.checks : 0,
+      ),
     },
   };
 };

@@ -111,7 +111,14 @@ const allowMethods = (
  * `STREAM`): the handler returns status, headers and a string or stream body; middy writes the HTTP
  * prelude and pipes the body. Work registered with `afterResponse` runs after the stream has closed.
  */
-export const httpHandler = (fn: HttpHandlerFn, log: () => Logger, methods: readonly string[] = ['POST']) =>
+export const httpHandler = (
+  fn: HttpHandlerFn,
+  log: () => Logger,
+  methods: readonly string[] = ['POST'],
+  // What the function's calls need (its container), built before a preflight is answered; by default the logger,
+  // which is the container's in every function.
+  ready: () => unknown = log,
+) =>
   middy<HttpEvent | APIGatewayProxyEvent, HttpResponse, Error, LambdaContext>({
     executionMode: executionModeStreamifyResponse,
     // Streams outlive the handler's promise; an early-timeout race on it would cut nothing useful.
@@ -123,6 +130,5 @@ export const httpHandler = (fn: HttpHandlerFn, log: () => Logger, methods: reado
     .use(longBodiesPiped)
     .use(commonHeaders)
     .use(errorHandler(log))
-    // The logger is the function's container's: reading it builds the container.
-    .use(allowMethods(methods, log))
+    .use(allowMethods(methods, ready))
     .handler((event, context) => fn(event as HttpEvent, context));

@@ -60,6 +60,9 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
       }
     },
     () => container().log,
+    ['POST'],
+    // A preflight is answered once the container is built: a function that cannot start fails it (ADR 0009).
+    container,
   );
 
 /** The kind of model each endpoint serves. */

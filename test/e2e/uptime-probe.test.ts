@@ -88,7 +88,7 @@ describe('the uptime probe', () => {
       { index: 3, check: 'preflight /audio/speech', reason: 'answered 502, not 204' },
       { index: 4, check: 'key lookup', reason: 'answered 502, not 401' },
     ]);
-    // A second round in the same minute replaces the first: the minute says what its last round found.
+    // A second failing round in the same minute replaces the first's counters (sets, not adds).
     await t.stack.uptimeProbe({ at: T + MIN + 30_000, baseUrl: badGatewayUrl });
     await t.stack.uptimeProbe({ at: T + 2 * MIN, baseUrl: refused });
     await t.stack.uptimeProbe({ at: T + 3 * MIN, baseUrl: refused });

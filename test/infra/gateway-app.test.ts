@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
-import { PROBE_BASE_URL_ENV, UPTIME_CHECK_FAILED } from '#core/uptime-probe.ts';
+import { PROBE_BASE_URL_ENV, UPTIME_ROUND_FAILED } from '#core/uptime-probe.ts';
 import { loadConfig } from '#functions/config.ts';
 import { CORS_HEADERS } from '#http/cors.ts';
 import { UNSENT_SETTLEMENT, UNSENT_SETTLEMENT_PREFIX } from '#http/unsent-settlement.ts';
@@ -683,15 +683,23 @@ describe('the CDK app', () => {
     }
   });
 
-  it('alarms on the log lines a function declares: a refused price sync, failed uptime checks', () => {
+  it('alarms on the log lines a function declares: a refused price sync, failed uptime rounds', () => {
     const topic = key(one(all('AWS::SNS::Topic'), 'the alarm topic'));
     const declared = Object.entries(rows).flatMap(([name, d]) =>
       (d.logAlarms ?? []).map((a) => ({ name, ...a })),
     );
-    expect(declared.map((a) => `${a.name} ${a.prefix} ≥${a.threshold}`).sort()).toEqual([
-      `price-sync ${PRICE_SYNC_REFUSED_PREFIX} ≥1`,
-      `uptime-probe ${UPTIME_CHECK_FAILED} ≥3`,
+    expect(declared.map((a) => `${a.name} ${a.prefix}`).sort()).toEqual([
+      `price-sync ${PRICE_SYNC_REFUSED_PREFIX}`,
+      `uptime-probe ${UPTIME_ROUND_FAILED}`,
     ]);
+    // A refused sync at once; a failed probe round in 3 of the last 5 minutes, as the incident rule asks of a check.
+    expect(declared.find((a) => a.name === 'price-sync')).toMatchObject({ threshold: 1 });
+    expect(declared.find((a) => a.name === 'uptime-probe')).toMatchObject({
+      threshold: 1,
+      periodMinutes: 1,
+      datapointsToAlarm: 3,
+      evaluationPeriods: 5,
+    });
     for (const alarm of declared) {
       const group = one(
         all('AWS::Logs::LogGroup').filter(
@@ -716,7 +724,13 @@ describe('the CDK app', () => {
         ),
         `${alarm.name}'s ${alarm.id} alarm`,
       );
-      expect(found.properties).toMatchObject({ Threshold: alarm.threshold, Statistic: 'Sum', Period: 300 });
+      expect(found.properties).toMatchObject({
+        Threshold: alarm.threshold,
+        Statistic: 'Sum',
+        Period: 60 * (alarm.periodMinutes ?? 5),
+        EvaluationPeriods: alarm.evaluationPeriods ?? 1,
+        DatapointsToAlarm: alarm.datapointsToAlarm ?? 1,
+      });
       expect(referencesIn(found.stack, found.properties.AlarmActions)).toEqual([topic]);
     }
   });

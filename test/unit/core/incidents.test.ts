@@ -191,15 +191,88 @@ describe('detectIncidents with the uptime probe’s failed checks', () => {
     expect(detectIncidents([probed(10, 0b1, 2, 2)], T0 + 40 * MIN)).toEqual([]);
   });
 
-  it('names an incident the calls and the probe both saw by the calls, and makes it MAJOR if every check failed', () => {
+  it('names an incident the calls and the probe both saw by the calls, and rates it on their minutes only', () => {
+    // Minute 12 is down on the calls (24 of 40 failed over the window); 13 and 14 only on the probe's check 0, beside
+    // 1,000 good calls a minute that must not dilute the name's rate.
     const [incident] = detectIncidents(
-      [probed(10, ALL, 10, 2), probed(11, ALL, 10, 2), probed(12, ALL, 20, 20)],
+      [
+        probed(10, 0b1, 10, 2),
+        probed(11, 0b1, 10, 2),
+        probed(12, 0b1, 20, 20),
+        probed(13, 0b1, 1000),
+        probed(14, 0b1, 1000),
+      ],
       T0 + 40 * MIN,
     );
     expect(incident).toMatchObject({
       name: 'Elevated error rate: 100% of calls failed',
       severity: 'MAJOR',
       start: T0 + 12 * MIN,
+      downtimeMinutes: 3,
     });
+  });
+
+  it('takes no single round or call for proof that nothing could be served', () => {
+    // Check 0 keeps failing; one blip round in minute 13 fails all five: still one endpoint, MINOR.
+    expect(
+      detectIncidents(
+        [probed(10, 0b1), probed(11, 0b1), probed(12, 0b1), probed(13, ALL), probed(14, 0b1)],
+        T0 + 40 * MIN,
+      ),
+    ).toEqual([
+      expect.objectContaining({
+        name: 'Partial outage: an endpoint failed its uptime checks',
+        severity: 'MINOR',
+      }),
+    ]);
+    // A minute down on the probe's word with its one call failed: the calls' rule did not find it down, MINOR.
+    expect(detectIncidents([probed(10, 0b1), probed(11, 0b1), probed(12, 0b1, 1, 1)], T0 + 40 * MIN)).toEqual(
+      [expect.objectContaining({ severity: 'MINOR' })],
+    );
+    // Calls failing at 60 % with one all-failed round among them: MINOR, as without it.
+    const calls = [minute(10, 5, 3), { ...minute(11, 5, 3), probeChecks: 5, probeFailed: ALL }];
+    expect(detectIncidents(calls, T0 + 40 * MIN)).toEqual([
+      expect.objectContaining({ name: 'Elevated error rate: 60% of calls failed', severity: 'MINOR' }),
+    ]);
+  });
+
+  it('makes a key store the probe cannot reach a MAJOR outage of its own', () => {
+    // The key lookup (bit 4) answered 503: the store's bit (5, after the five checks) is set with it.
+    const store = 0b110000;
+    expect(detectIncidents([probed(10, store), probed(11, store), probed(12, store)], T0 + 40 * MIN)).toEqual(
+      [
+        expect.objectContaining({
+          name: 'Service unavailable: the key store cannot be reached',
+          severity: 'MAJOR',
+          start: T0 + 12 * MIN,
+        }),
+      ],
+    );
+    // The models function failing otherwise (bit 4 alone) is one endpoint.
+    expect(
+      detectIncidents([probed(10, 0b10000), probed(11, 0b10000), probed(12, 0b10000)], T0 + 40 * MIN),
+    ).toEqual([
+      expect.objectContaining({
+        name: 'Partial outage: an endpoint failed its uptime checks',
+        severity: 'MINOR',
+      }),
+    ]);
+  });
+
+  it('merges the rows of one minute: the failed checks of both, the checks made', () => {
+    const half = (failed: number): MinuteCounts => ({
+      ...minute(10, 0),
+      probeChecks: 5,
+      probeFailed: failed,
+    });
+    // Two rows of each minute, checks 0–2 in one and 2–4 in the other: every check failed, three rounds running
+    // (added, the masks would make check 2 a carry into the key store's bit).
+    const rows = [10, 11, 12].flatMap((i) => [
+      { ...half(0b00111), at: T0 + i * MIN },
+      { ...half(0b11100), at: T0 + i * MIN + 1 },
+    ]);
+    expect(detectIncidents(rows, T0 + 40 * MIN)).toEqual([
+      expect.objectContaining({ name: 'Service unreachable: every uptime check failed', severity: 'MAJOR' }),
+    ]);
   });
 });

@@ -297,6 +297,26 @@ describe('planPriceSync', () => {
     });
   });
 
+  it('bills a synced price of exactly 3× the cost, as the sync stores it (float noise at the bound)', () => {
+    // 3 × 0.7 is 2.0999999999999996 in floating point: the sync takes 2.1, and so must the floor.
+    const seven = { ...a, cost: { input: 0.7, output: 0.1 }, syncedCost: { input: 2.1, output: 0.1 } };
+    expect(new Catalog([model], [seven], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 2.52 });
+  });
+
+  it('syncs a deployment that serves no call without the bound or a refusal: its price reaches nobody', () => {
+    for (const idle of [
+      { ...a, weight: 0 },
+      { ...a, status: 'retired' as const },
+    ]) {
+      const plan = syncOf(idle, { input: 200, output: 0.1 });
+      expect(plan.refused).toEqual([]);
+      expect(plan.updated).toEqual([{ ...idle, syncedCost: { input: 200, output: 0.1 } }]);
+      // Serving again, it is bounded by the floor: the stored price is not billed.
+      const back = { ...(plan.updated[0] as Deployment), weight: 1, status: 'active' as const };
+      expect(new Catalog([model], [back], 0.2).models.get(model.id)?.rates).toMatchObject({ input: 0.25 });
+    }
+  });
+
   it('applies a fall however large: the floor never goes below the configured cost', () => {
     const synced = { ...a, syncedCost: { input: 0.5, output: 0.1 } };
     const plan = syncOf(synced, { input: 0.000001, output: 0.000001 });

@@ -8,7 +8,7 @@ const answer = (status: number, headers: Record<string, string> = {}, body = '')
   headers,
   body,
 });
-const checks = probeChecks(probeKey(bytes(7)));
+const checks = probeChecks(() => probeKey(bytes(7)));
 const byName = (name: string) => {
   const found = checks.find((c) => c.name === name);
   if (!found) throw new Error(`no check ${name}`);
@@ -25,7 +25,7 @@ describe('the uptime probe’s checks', () => {
       'GET /models',
     ]);
     for (const c of checks.filter((c) => c.method === 'OPTIONS'))
-      expect(c.headers).toMatchObject({ 'access-control-request-method': 'POST' });
+      expect(c.headers()).toMatchObject({ 'access-control-request-method': 'POST' });
   });
 
   it('uses a well-formed key nobody has, new each round and named in its public prefix', () => {
@@ -33,7 +33,11 @@ describe('the uptime probe’s checks', () => {
     expect(isWellFormedKey(key)).toBe(true);
     expect(publicPrefix(key)).toBe('svc_live_uptimepr');
     expect(probeKey(bytes(1))).not.toBe(probeKey(bytes(2)));
-    expect(byName('key lookup').headers).toEqual({ authorization: `Bearer ${probeKey(bytes(7))}` });
+    expect(byName('key lookup').headers()).toEqual({ authorization: `Bearer ${probeKey(bytes(7))}` });
+    // Asked for each attempt: a retry does not reuse a key an instance may have learnt is unknown.
+    let n = 0;
+    const lookup = probeChecks(() => probeKey(bytes(n++))).find((c) => c.name === 'key lookup');
+    expect(lookup?.headers()).not.toEqual(lookup?.headers());
   });
 
   it('takes a 204 preflight allowing POST, and nothing else', () => {
@@ -62,6 +66,10 @@ describe('the uptime probe’s checks', () => {
       'answered 401 without the invalid_api_key error',
     );
     expect(lookup.expect(answer(401, {}, '<html>'))).toBe('answered 401 with a body that is not JSON');
+    // Only the 503 is the key store's: what every call on every endpoint would meet.
+    expect(lookup.storeUnreachable?.(answer(503))).toBe(true);
+    expect(lookup.storeUnreachable?.(answer(502))).toBe(false);
+    expect(byName('preflight /embeddings').storeUnreachable).toBeUndefined();
   });
 });
 
@@ -79,5 +87,18 @@ describe('probeIncrement', () => {
       }),
     ).toEqual({ day: '2026-11-22', subject: 'minutes#23', counters: { pc59: 5, pf59: 0b10001 } });
     expect(probeIncrement({ at, checks: 5, failures: [] })).toBeNull();
+  });
+
+  it('sets the bit after the checks when the key lookup met an unreachable store', () => {
+    const at = Date.UTC(2026, 10, 22, 3, 4, 5);
+    expect(
+      probeIncrement({
+        at,
+        checks: 5,
+        failures: [
+          { index: 4, check: 'key lookup', reason: 'answered 503, not 401', storeUnreachable: true },
+        ],
+      }),
+    ).toEqual({ day: '2026-11-22', subject: 'minutes#03', counters: { pc04: 5, pf04: 0b110000 } });
   });
 });

@@ -20,8 +20,9 @@ const harness = (
   const attempts = new Map<string, number>();
   const filed: AggregateIncrement[] = [];
   const warnings: Record<string, unknown>[] = [];
+  const keys: string[] = [];
   const log = {
-    warn: (_: string, fields: Record<string, unknown>) => warnings.push(fields),
+    warn: (message: string, fields: Record<string, unknown>) => warnings.push({ message, ...fields }),
   } as unknown as Logger;
   const deps: UptimeProbeDeps = {
     baseUrl: 'https://cdn.example/v1',
@@ -35,12 +36,14 @@ const harness = (
     log,
     timeoutMs: 1_000,
     retryDelayMs: 1,
-    randomBytes: (n) => new Uint8Array(n),
+    randomBytes: (n) => new Uint8Array(n).fill(keys.length),
     fetch: async (input, init) => {
       const path = String(input).replace('https://cdn.example/v1', '');
       const key = `${init?.method} ${path}`;
       const attempt = (attempts.get(key) ?? 0) + 1;
       attempts.set(key, attempt);
+      const authorization = new Headers(init?.headers).get('authorization');
+      if (authorization) keys.push(authorization);
       const result = answer(init?.method ?? 'GET', path, attempt);
       if (result instanceof Error) throw result;
       return result;
@@ -48,7 +51,7 @@ const harness = (
   };
   const run = () =>
     createHandler(() => deps)({ time: '2020-01-01T00:00:00Z', source: 'aws.scheduler' }, {} as Context);
-  return { run, attempts, filed, warnings };
+  return { run, attempts, filed, warnings, keys };
 };
 
 const healthy = (method: string): Response =>
@@ -72,6 +75,9 @@ describe('the uptime probe’s round', () => {
     expect(await h.run()).toMatchObject({ failed: 0 });
     expect([...h.attempts.values()]).toEqual([2, 2, 2, 2, 2]);
     expect(h.filed).toEqual([]);
+    // The key lookup's second try has a key of its own: the first may have taught an instance it is unknown.
+    expect(h.keys).toHaveLength(2);
+    expect(h.keys[0]).not.toBe(h.keys[1]);
   });
 
   it('fails a check whose second answer is wrong too, reports that one, and files the round in the minute it ran', async () => {
@@ -85,17 +91,24 @@ describe('the uptime probe’s round', () => {
     const summary = await h.run();
     expect(summary.failures).toEqual([
       { index: 1, check: 'preflight /embeddings', reason: 'answered 500, not 204' },
-      { index: 4, check: 'key lookup', reason: 'answered 503, not 401' },
+      { index: 4, check: 'key lookup', reason: 'answered 503, not 401', storeUnreachable: true },
     ]);
     // Dated by the clock, not by the tick it was handed (a tick delivered hours late measures now).
     expect(summary.at).toBe(new Date(AT).toISOString());
+    // Checks 1 and 4, and the key store's bit after the five checks.
     expect(h.filed).toEqual([
-      { day: '2026-11-22', subject: 'minutes#12', counters: { pc30: 5, pf30: 0b10010 } },
+      { day: '2026-11-22', subject: 'minutes#12', counters: { pc30: 5, pf30: 0b110010 } },
     ]);
-    // Logged in fixed words: the check and why, never an answer's body or the key.
+    // Logged in fixed words: the check and why, never an answer's body or the key; then one line for the round,
+    // which the alarm counts.
     expect(h.warnings).toEqual([
-      { check: 'preflight /embeddings', reason: 'answered 500, not 204' },
-      { check: 'key lookup', reason: 'answered 503, not 401' },
+      {
+        message: 'uptime probe check failed',
+        check: 'preflight /embeddings',
+        reason: 'answered 500, not 204',
+      },
+      { message: 'uptime probe check failed', check: 'key lookup', reason: 'answered 503, not 401' },
+      { message: 'uptime probe round failed', failed: 2, checks: 5 },
     ]);
   });
 
@@ -114,8 +127,9 @@ describe('the uptime probe’s round', () => {
   it('fails the invocation when the round cannot be filed, after logging what it found', async () => {
     const h = harness(() => refused(), { fails: true });
     await expect(h.run()).rejects.toThrow('ProvisionedThroughputExceededException');
-    // The function's error alarm fires, and the failed checks are in its log for the checks' own alarm.
-    expect(h.warnings).toHaveLength(5);
+    // The function's error alarm fires, and the round is in its log for the probe's own alarm.
+    expect(h.warnings).toHaveLength(6);
+    expect(h.warnings.at(-1)).toEqual({ message: 'uptime probe round failed', failed: 5, checks: 5 });
   });
 });
 
