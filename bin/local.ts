@@ -5,7 +5,6 @@
  * UPSTREAM_API_KEY, UPSTREAM_MODEL, DATA_DIR, SHUTDOWN_GRACE_MS, LOG_LEVEL, and the functions' own tunables. On
  * SIGINT/SIGTERM/SIGHUP it finishes and settles the calls under way, then stops cleanly.
  */
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
@@ -13,7 +12,7 @@ import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { TUNABLE_ENV } from '#functions/config.ts';
 import { holdTtlProblem } from '#lib/stage.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
-import { STACK_FILE } from '#local/stack-file.ts';
+import { removeOwnStackFile, writeStackFile } from '#local/stack-file.ts';
 
 /** The demo account starts with this much (it also makes the account trusted: its first top-up). */
 const DEFAULT_DEMO_BALANCE_USD = 10;
@@ -115,7 +114,7 @@ const shutdown = async (signal: NodeJS.Signals) => {
   console.log(
     `${signal}: finishing requests under way and settling them (up to ${shutdownGraceMs / 1000} s each); signal again to stop now`,
   );
-  rmSync(STACK_FILE, { force: true });
+  removeOwnStackFile();
   await stack.stop({ graceMs: shutdownGraceMs });
   process.exit(0);
 };
@@ -149,7 +148,7 @@ void stack.lost.then(async (error) => {
   if (stoppingSince > 0) return;
   stoppingSince = Date.now();
   console.error(`npm start: ${error.message}; stopping`);
-  rmSync(STACK_FILE, { force: true });
+  removeOwnStackFile();
   // A short drain: what still runs may still finish and settle (an external upstream's streams when only the
   // simulator died); when the store or the queue is gone, it ends at the grace's end.
   await stack?.stop({ graceMs: Math.min(shutdownGraceMs, 5_000) }).catch(() => {});
@@ -157,20 +156,16 @@ void stack.lost.then(async (error) => {
 });
 
 // Lets `npm run admin` find this stack's emulators and tables while it runs.
-mkdirSync(resolve(STACK_FILE, '..'), { recursive: true });
-writeFileSync(
-  STACK_FILE,
-  JSON.stringify(
-    {
-      url: stack.url,
-      emulators: stack.emulators,
-      resources: stack.resources,
-      simulatorUrl: stack.simulatorUrl,
-    },
-    null,
-    2,
-  ),
-);
+const displaced = writeStackFile({
+  url: stack.url,
+  emulators: stack.emulators,
+  resources: stack.resources,
+  simulatorUrl: stack.simulatorUrl,
+});
+if (displaced)
+  console.log(
+    `note: npm run admin now manages this stack, no longer the one still running at ${displaced} (one checkout, one stack file)`,
+  );
 
 // An empty demo wallet pays for nothing: the example then calls the free model instead of answering 402.
 const tryModel = stack.demoBalanceNano === 0 && env.METERING !== 'off' ? 'svc-free-famA' : 'famA-v4.1-flash';

@@ -60,7 +60,7 @@ const COMMANDS: Readonly<Record<string, CommandSpec>> = {
 };
 
 /** How long the gateway may serve the old registry: its snapshot's refresh period (REGISTRY_REFRESH_MS). */
-const VISIBILITY_NOTE = 'the gateway serves it within REGISTRY_REFRESH_MS (default 15 s)';
+const VISIBILITY_NOTE = 'the gateway sees the change within REGISTRY_REFRESH_MS (default 15 s)';
 
 interface Target {
   readonly client: DynamoDBClientConfig;

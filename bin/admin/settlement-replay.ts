@@ -102,8 +102,9 @@ export const replayProblem = (summary: ReplaySummary): string | null => {
     problems.push(
       `${plural(summary.invalid, 'line', 'lines')} unreadable ` +
         `(${summary.invalid === 1 ? 'line' : 'lines'} ${summary.invalidLines.join(', ')}${more}): ` +
-        'each line must be one JSON value — a "settlement record not sent" log line, a record or a queue message ' +
-        'body — with nothing before it (a text export of the logs puts the time first: export them as JSON)',
+        'each line must be one JSON value holding a settlement record — a "settlement record not sent" log line, a ' +
+        'record or a queue message body — with nothing before it (a text export of the logs puts the time first: ' +
+        'export them as JSON)',
     );
   }
   if (summary.failed.length > 0)

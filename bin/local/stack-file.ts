@@ -1,4 +1,5 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { EmulatorEndpoints } from './emulators.ts';
 import type { Provisioned } from './provision.ts';
@@ -11,6 +12,8 @@ export const STACK_FILE =
   process.env.LOCAL_STACK_FILE ?? fileURLToPath(new URL('../../.local/stack.json', import.meta.url));
 
 export interface StackFile {
+  /** The `npm start` process that wrote it: only that one removes it. */
+  readonly pid?: number;
   readonly url: string;
   readonly emulators: EmulatorEndpoints;
   readonly resources: Provisioned;
@@ -20,3 +23,41 @@ export interface StackFile {
 
 export const readStackFile = (): StackFile | null =>
   existsSync(STACK_FILE) ? (JSON.parse(readFileSync(STACK_FILE, 'utf8')) as StackFile) : null;
+
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: alive, another user's.
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+};
+
+/**
+ * Writes this process's stack file. Returns the URL of a stack still running that wrote the file before — the
+ * admin CLI then targets this one, not that one (one checkout, two `npm start`s without a DATA_DIR).
+ */
+export const writeStackFile = (stack: Omit<StackFile, 'pid'>): string | null => {
+  let previous: StackFile | null = null;
+  try {
+    previous = readStackFile();
+  } catch {
+    // A torn or foreign file: replaced.
+  }
+  mkdirSync(dirname(STACK_FILE), { recursive: true });
+  writeFileSync(STACK_FILE, JSON.stringify({ pid: process.pid, ...stack }, null, 2));
+  return previous?.pid !== undefined && previous.pid !== process.pid && alive(previous.pid)
+    ? previous.url
+    : null;
+};
+
+/** Removes the stack file if this process wrote it: a stack stopping must not take another's away. */
+export const removeOwnStackFile = (): void => {
+  try {
+    if (readStackFile()?.pid !== process.pid) return;
+  } catch {
+    return;
+  }
+  rmSync(STACK_FILE, { force: true });
+};

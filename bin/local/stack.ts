@@ -366,12 +366,12 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       stops.push(() => worker.stop());
       losses.push(worker.lost);
     }
-    const url = `http://${urlHost(host)}:${port}`;
+    // An unspecified address (every interface) is not one to call: the URL names loopback.
+    const url = `http://${urlHost(host === '0.0.0.0' ? '127.0.0.1' : host === '::' ? '::1' : host)}:${port}`;
     const probe = await startLocalProbe({
       config,
       dynamodb: emulators.dynamodb,
-      // An unspecified address (every interface) is not one to call: the probe calls loopback.
-      baseUrl: `http://${urlHost(host === '0.0.0.0' ? '127.0.0.1' : host === '::' ? '::1' : host)}:${port}/v1`,
+      baseUrl: `${url}/v1`,
       intervalMs: options.uptimeProbeIntervalMs ?? ((options.consumers ?? true) ? 60_000 : 0),
       log: container.log,
     });

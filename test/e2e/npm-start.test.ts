@@ -59,10 +59,17 @@ beforeAll(() => {
     output += chunk.toString();
   });
 });
-afterAll(() => {
-  if (child.exitCode === null) child.kill('SIGKILL');
+afterAll(async () => {
+  // SIGTERM first: a SIGKILLed stack leaves its JVM running (its own process group), as a filtered run that skips
+  // the SIGTERM test below would.
+  if (child.exitCode === null) {
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGTERM');
+    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 30_000))]);
+    if (child.exitCode === null) child.kill('SIGKILL');
+  }
   rmSync(dir, { recursive: true, force: true });
-});
+}, 60_000);
 
 describe('npm start', () => {
   let gateway: string;
@@ -255,4 +262,95 @@ describe('npm start with a configuration that cannot work', () => {
       await new Promise((resolve) => taken.close(resolve));
     }
   }, 90_000);
+});
+
+describe('npm start run by npm, as a service manager runs it', () => {
+  /** `npm start` itself (npm, a shell, then node), not node alone: what `timeout`, systemd or CI signal. */
+  const npmStart = (file: string) => {
+    const cli = process.env.npm_execpath;
+    const [command, args] =
+      cli?.endsWith('.js') === true ? [process.execPath, [cli, 'start']] : ['npm', ['start']];
+    const started = spawn(command, args as string[], {
+      cwd: ROOT,
+      env: { ...env(), LOCAL_STACK_FILE: file, PORT: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let log = '';
+    started.stdout?.on('data', (chunk: Buffer) => {
+      log += chunk.toString();
+    });
+    started.stderr?.on('data', (chunk: Buffer) => {
+      log += chunk.toString();
+    });
+    const seen = (pattern: RegExp) =>
+      new Promise<RegExpMatchArray>((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error(`timed out waiting for ${pattern}:\n${log}`)),
+          90_000,
+        );
+        const check = () => {
+          const match = log.match(pattern);
+          if (!match) return;
+          clearTimeout(timer);
+          started.stdout?.off('data', check);
+          resolve(match);
+        };
+        started.stdout?.on('data', check);
+        check();
+      });
+    return { child: started, seen, log: () => log };
+  };
+
+  it('stops the gateway and its JVM on a SIGTERM sent to npm alone, and leaves another stack its stack file', async () => {
+    const file = join(dir, 'service.json');
+    // The node processes, by the pids their stack files name: a failure here must not leave them (and their JVMs)
+    // running, as npm alone cannot stop them when the signal does not reach them.
+    const stacks: number[] = [];
+    const stackPid = () => (JSON.parse(readFileSync(file, 'utf8')) as { pid: number }).pid;
+    try {
+      await service(file, stacks, stackPid);
+    } finally {
+      for (const pid of stacks) {
+        try {
+          process.kill(pid, 'SIGTERM');
+        } catch {
+          // Gone already.
+        }
+      }
+    }
+  }, 240_000);
+
+  const service = async (file: string, stacks: number[], stackPid: () => number) => {
+    const first = npmStart(file);
+    const dynamo = Number((await first.seen(/DynamoDB Local listening on http:\/\/127\.0\.0\.1:(\d+)/))[1]);
+    const url = (await first.seen(/gateway listening on (http:\/\/127\.0\.0\.1:\d+)\/v1/))[1] as string;
+    stacks.push(stackPid());
+    // A second stack in the same checkout takes the stack file over, and says so.
+    const second = npmStart(file);
+    await second.seen(/gateway listening on/);
+    stacks.push(stackPid());
+    await second.seen(new RegExp(`no longer the one still running at ${url.replace(/[.]/g, '\\.')}`));
+    const secondUrl = (JSON.parse(readFileSync(file, 'utf8')) as { url: string }).url;
+    expect(secondUrl).not.toBe(url);
+
+    // npm's pid only, not its process group: npm passes the signal on, and the shell it ran must not swallow it.
+    const exited = new Promise<number | null>((resolve) => first.child.once('exit', (code) => resolve(code)));
+    first.child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    for (let i = 0; i < 50 && (await portOpen(dynamo)); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await portOpen(dynamo)).toBe(false);
+    expect(await portOpen(Number(new URL(url).port))).toBe(false);
+    const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']);
+    expect(stdout).not.toContain(`-port ${dynamo}`);
+    expect(first.log()).toContain('SIGTERM: finishing requests under way');
+    // The stack that stopped left the file of the one still running.
+    expect((JSON.parse(readFileSync(file, 'utf8')) as { url: string }).url).toBe(secondUrl);
+
+    const secondExited = new Promise<number | null>((resolve) =>
+      second.child.once('exit', (code) => resolve(code)),
+    );
+    second.child.kill('SIGTERM');
+    expect(await secondExited).toBe(0);
+    expect(existsSync(file)).toBe(false);
+  };
 });
