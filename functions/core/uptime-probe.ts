@@ -5,9 +5,9 @@
  * Downtime is otherwise measured on settled calls, and a platform that answers nothing settles nothing: a function
  * that fails at cold start, a broken deploy, the CDN or API Gateway in front refusing every call — every minute of
  * that read as up. The probe's requests cost no upstream call and no money, and leave no record of their own:
- * - a CORS preflight of each POST endpoint, which its function answers itself (ADR 0009): the path through the
- *   CDN and API Gateway to a function that started and runs its handler;
- * - `GET /v1/models` with a key nobody has (a new one each round, past every instance's cache of misses): the key
+ * - a CORS preflight of each POST endpoint, which its function answers itself (ADR 0009) once it has built what its
+ *   calls need: the path through the CDN and API Gateway to a function that could start;
+ * - `GET /v1/models` with a key nobody has (a new one each attempt, past every instance's cache of misses): the key
  *   store read every call begins with. A 401 `invalid_api_key` is the answer; a 503 says the store is unreachable.
  * Models are not listed, settled or metered for a refused key, so none of it shows in the usage counters.
  */
