@@ -23,7 +23,7 @@
  * Writes bench/results/latest.json. Exits 1 if any request failed; failed targets do not change the code.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -868,6 +868,8 @@ let stack: GatewayProcess | null = null;
 let unmeteredStack: GatewayProcess | null = null;
 let referenceProcesses: ChildProcess[] = [];
 let endpoints: Endpoint[] = [];
+/** Where the two stacks write their stack files. */
+let stackFiles: string | null = null;
 
 const cleanup = async (): Promise<void> => {
   await Promise.allSettled(endpoints.map((e) => e.pool.destroy()));
@@ -875,6 +877,8 @@ const cleanup = async (): Promise<void> => {
   for (const child of referenceProcesses) child.kill('SIGTERM');
   referenceProcesses = [];
   await Promise.allSettled([stack?.stop(), unmeteredStack?.stop()]);
+  // The stacks removed their files; the directory that held them is the bench's own.
+  if (stackFiles) rmSync(stackFiles, { recursive: true, force: true });
 };
 
 const onSignal = (signal: NodeJS.Signals) => {
@@ -919,7 +923,7 @@ const main = async (): Promise<number> => {
     );
   }
 
-  const stackFiles = mkdtempSync(join(os.tmpdir(), 'svc-bench-'));
+  stackFiles = mkdtempSync(join(os.tmpdir(), 'svc-bench-'));
   const meteredFile = join(stackFiles, 'metered.json');
   const unmeteredFile = join(stackFiles, 'unmetered.json');
   stack = await startGatewayProcess({

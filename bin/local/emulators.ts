@@ -144,7 +144,7 @@ const holdsDataDir = (holder: string, file: string): boolean => {
 };
 
 /** Whether a process runs (one we may not signal runs too). */
-const running = (pid: number): boolean => {
+export const running = (pid: number): boolean => {
   try {
     process.kill(pid, 0);
     return true;
@@ -388,8 +388,27 @@ const waitForDynamoDb = async (endpoint: string, child: ChildProcess, options: E
   options.log?.(`DynamoDB Local listening on ${endpoint}`);
 };
 
+/**
+ * Removes the S3 emulator directories that stacks killed before they could remove their own left behind (SIGKILL,
+ * the OOM killer, a crash): each is named after its process, and one whose process is gone is nobody's. A pid since
+ * reused by another process keeps its directory: the safe way to be wrong.
+ */
+export const removeOrphanedS3Directories = (parent = tmpdir()): string[] => {
+  const removed: string[] = [];
+  for (const name of readdirSync(parent)) {
+    const pid = Number(/^svc-s3-(\d+)-/.exec(name)?.[1]);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || running(pid)) continue;
+    rmSync(join(parent, name), { recursive: true, force: true });
+    removed.push(name);
+  }
+  return removed;
+};
+
 const startWorker = async (options: EmulatorOptions) => {
-  const s3Directory = options.dataDir ? join(options.dataDir, 's3') : mkdtempSync(join(tmpdir(), 'svc-s3-'));
+  if (!options.dataDir) removeOrphanedS3Directories();
+  const s3Directory = options.dataDir
+    ? join(options.dataDir, 's3')
+    : mkdtempSync(join(tmpdir(), `svc-s3-${process.pid}-`));
   mkdirSync(s3Directory, { recursive: true });
   const worker = await startServiceWorker<{ sqsPort: number; s3Port: number }>(
     new URL('./emulator-worker.ts', import.meta.url),

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { EmulatorEndpoints } from './emulators.ts';
+import { type EmulatorEndpoints, running } from './emulators.ts';
 import type { Provisioned } from './provision.ts';
 
 /**
@@ -24,16 +24,6 @@ export interface StackFile {
 export const readStackFile = (): StackFile | null =>
   existsSync(STACK_FILE) ? (JSON.parse(readFileSync(STACK_FILE, 'utf8')) as StackFile) : null;
 
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: alive, another user's.
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
-
 /**
  * Writes this process's stack file. Returns the URL of a stack still running that wrote the file before — the
  * admin CLI then targets this one, not that one (one checkout, two `npm start`s without a DATA_DIR).
@@ -47,7 +37,7 @@ export const writeStackFile = (stack: Omit<StackFile, 'pid'>): string | null => 
   }
   mkdirSync(dirname(STACK_FILE), { recursive: true });
   writeFileSync(STACK_FILE, JSON.stringify({ pid: process.pid, ...stack }, null, 2));
-  return previous?.pid !== undefined && previous.pid !== process.pid && alive(previous.pid)
+  return previous?.pid !== undefined && previous.pid !== process.pid && running(previous.pid)
     ? previous.url
     : null;
 };
