@@ -21,6 +21,9 @@
  *   registry …, models …, deployments …         the model registry: see admin/registry-commands.ts and
  *                                               docs/registry.md
  *
+ * Exit status: 0 done, 2 a wrong command line, 75 the store unreachable or busy (run it again), 1 any other failure
+ * (admin/exit-status.ts).
+ *
  * Target: the stack `npm start` is running (found through .local/stack.json), or the tables named by
  * ACCOUNTS_TABLE (with the standard AWS_* variables, e.g. AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION); the
  * registry commands use REGISTRY_TABLE.
@@ -38,6 +41,7 @@ import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { readStackFile } from '#local/stack-file.ts';
 import { type CommandSpec, checkCommandLine } from './admin/command-line.ts';
+import { EXIT_FAILED, EXIT_TRANSIENT, EXIT_USAGE, isTransient } from './admin/exit-status.ts';
 import { REGISTRY_GROUPS, REGISTRY_USAGE, runRegistryCommand } from './admin/registry-commands.ts';
 import { replayProblem, replaySettlements } from './admin/settlement-replay.ts';
 import { UsageError } from './admin/usage-error.ts';
@@ -314,7 +318,12 @@ if (import.meta.main) {
       process.exit(0);
     }
     if (error instanceof IncompleteRun) console.log(error.output);
-    console.error(error instanceof UsageError || error instanceof Error ? error.message : String(error));
-    process.exit(error instanceof UsageError ? 2 : 1);
+    const transient = isTransient(error);
+    const message = error instanceof UsageError || error instanceof Error ? error.message : String(error);
+    // The SDK's message for a refused connection can be empty: say what happened.
+    console.error(
+      transient ? `${message || 'the store could not be reached'} (temporary: run it again)` : message,
+    );
+    process.exit(error instanceof UsageError ? EXIT_USAGE : transient ? EXIT_TRANSIENT : EXIT_FAILED);
   }
 }

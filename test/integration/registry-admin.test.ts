@@ -557,3 +557,43 @@ describe('REGISTRY_FILE on the local host', () => {
     expect(run.stdout).not.toContain('DynamoDB Local listening');
   });
 });
+
+describe('the admin CLI’s exit status, for a script that retries', () => {
+  const against = (endpoint: string, ...args: string[]): Promise<Run> =>
+    new Promise((resolve) => {
+      const table = `missing-${randomBytes(3).toString('hex')}`;
+      const env = childEnv({
+        ...LOCAL_AWS_ENV,
+        ACCOUNTS_TABLE: `${table}-accounts`,
+        WALLET_TABLE: `${table}-wallet`,
+        BUCKETS_TABLE: `${table}-buckets`,
+        USAGE_TABLE: `${table}-usage`,
+        AWS_ENDPOINT_URL_DYNAMODB: endpoint,
+        LOCAL_STACK_FILE: join(dir, 'no-stack.json'),
+      });
+      execFile(process.execPath, ['bin/admin.ts', ...args], { cwd: ROOT, env }, (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
+        resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
+      });
+    });
+
+  it('exits 75 when the store cannot be reached (run it again), 1 when the command cannot succeed', async () => {
+    // Port 9 (discard): nothing listens on loopback.
+    const unreachable = await against(
+      'http://127.0.0.1:9',
+      'wallet',
+      'topup',
+      'acct_x',
+      '5',
+      '--reference',
+      'pay_9',
+    );
+    expect(unreachable).toMatchObject({ code: 75, stdout: '' });
+    expect(unreachable.stderr).toContain('ECONNREFUSED');
+    expect(unreachable.stderr).toContain('temporary: run it again');
+    // The store answers, and the table does not exist: another run fails the same way.
+    const missing = await against(inject('emulators').dynamodb, 'accounts', 'show', 'acct_x');
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).not.toContain('temporary');
+  });
+});
