@@ -1,11 +1,7 @@
 import middy from '@middy/core';
 import type { ScheduledEvent } from 'aws-lambda';
-import {
-  MAX_SYNCED_RISE,
-  PRICE_SYNC_REFUSED_PREFIX,
-  planPriceSync,
-  type RefusedSync,
-} from '#core/price-sync.ts';
+import { MAX_SYNCED_RISE } from '#core/price-floor.ts';
+import { PRICE_SYNC_REFUSED_PREFIX, planPriceSync, type RefusedSync } from '#core/price-sync.ts';
 import type { Deployment, Rates } from '#core/registry.ts';
 import { type Container, containerFromEnv } from './container.ts';
 

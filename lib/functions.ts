@@ -5,7 +5,8 @@
  * new handler is one row. Plain data: importable without `aws-cdk-lib` (the infra tests read it too).
  */
 
-import { MAX_SYNCED_RISE, PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
+import { MAX_SYNCED_RISE } from '#core/price-floor.ts';
+import { PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
 import { UPTIME_ROUND_FAILED } from '#core/uptime-probe.ts';
 import { buckets, type queues, settlementConsumerTimeoutSeconds, type TableId } from './resources.ts';
 import type { ScheduleId } from './stage.ts';

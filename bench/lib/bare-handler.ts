@@ -10,7 +10,7 @@
  */
 import type { AddressInfo } from 'node:net';
 import { createLogger } from '#adapters/logger.ts';
-import { createInstanceServer } from '#local/function-host.ts';
+import { createInstanceServer, NO_SITE } from '#local/function-host.ts';
 import { installLambdaGlobals, type StreamingHandler } from '#local/lambda-runtime.ts';
 import { bareUpstream } from './bare-upstream.ts';
 
@@ -41,7 +41,7 @@ const host = createInstanceServer(
       handler: handler as unknown as StreamingHandler,
     },
   ],
-  { handles: () => false, serve: async () => {} },
+  NO_SITE,
   (error) => console.error(error),
 );
 host.server.listen(0, '127.0.0.1', () => {

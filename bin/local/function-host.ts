@@ -152,6 +152,9 @@ const REQUEST_TIMEOUT_MS = 120_000;
 /** After the grace period, how long cut requests get to record their hang-up and send their settlement. */
 const CUT_SETTLE_MS = 2_000;
 
+/** The site side of an instance that serves only functions (benchmark references, tests): no site root. */
+export const NO_SITE: Pick<SiteReader, 'handles' | 'serve'> = { handles: () => false, serve: async () => {} };
+
 /** The HTTP server of one instance: the site root from the bucket, everything else to the functions. */
 export const createInstanceServer = (
   routes: readonly Route[],

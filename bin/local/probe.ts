@@ -34,7 +34,7 @@ export const startLocalProbe = async (options: LocalProbeOptions): Promise<Local
   });
   const scheduled = createHandler(() => deps);
   const runs = new Set<Promise<UptimeProbeSummary>>();
-  let stopped = false;
+  let stopping: Promise<void> | null = null;
   const run: LocalProbe['run'] = ({ baseUrl, at } = {}) => {
     const handler =
       baseUrl === undefined && at === undefined
@@ -54,19 +54,17 @@ export const startLocalProbe = async (options: LocalProbeOptions): Promise<Local
   let timer: NodeJS.Timeout | null = null;
   if (options.intervalMs > 0) {
     timer = setInterval(() => {
-      if (stopped) return;
+      if (stopping) return;
       run().catch((error: unknown) => options.log.error('uptime probe failed', { error }));
     }, options.intervalMs);
     timer.unref();
   }
-  let stopping: Promise<void> | null = null;
   return {
     run,
     // The stack stops it first, before the gateway drains (a round then would file the drain as an outage), and
     // again with the rest: once is enough.
     stop: () => {
       stopping ??= (async () => {
-        stopped = true;
         if (timer) clearInterval(timer);
         await Promise.allSettled([...runs]);
         deps.close();

@@ -1,7 +1,5 @@
-import { MAX_SYNCED_RISE, type RateName, syncBound } from './price-floor.ts';
+import { type RateName, syncBound } from './price-floor.ts';
 import { Catalog, type Deployment, type Model, RATE_NAMES, type Rates } from './registry.ts';
-
-export { MAX_SYNCED_RISE };
 
 /** The start of the warn line each refused sync logs (functions/price-sync.ts), for an operator alarm to match. */
 export const PRICE_SYNC_REFUSED_PREFIX = 'price sync refused';

@@ -13,7 +13,7 @@
  */
 
 import { KEY_PREFIX } from './api-keys.ts';
-import { type AggregateIncrement, utcDay } from './usage-aggregates.ts';
+import { type AggregateIncrement, minuteSlot } from './usage-aggregates.ts';
 
 /** The API's public base URL, ending in `/v1` (the stacks set the CDN's: what clients and the status page use). */
 export const PROBE_BASE_URL_ENV = 'PROBE_BASE_URL';
@@ -142,12 +142,10 @@ export const probeChecks = (newKey: () => string): ProbeCheck[] => [
  */
 export const probeIncrement = (round: ProbeRound): AggregateIncrement | null => {
   if (round.failures.length === 0) return null;
-  const time = new Date(round.at);
-  const pad = (n: number) => String(n).padStart(2, '0');
-  const mm = pad(time.getUTCMinutes());
+  const { day, subject, minute: mm } = minuteSlot(round.at);
   return {
-    day: utcDay(round.at),
-    subject: `minutes#${pad(time.getUTCHours())}`,
+    day,
+    subject,
     counters: {
       [`pc${mm}`]: round.checks,
       [`pf${mm}`]: round.failures.reduce(

@@ -84,6 +84,19 @@ const funnelStatus = (record: SettlementRecord): number =>
 const pad2 = (n: number): string => String(n).padStart(2, '0');
 
 /**
+ * Where the minute of `epochMs` is counted: its UTC day, its hour's `minutes#<HH>` subject, and the two digits its
+ * counters end in (`r<MM>`, `e<MM>`, …). The settled calls' counters and the uptime probe's share it.
+ */
+export const minuteSlot = (epochMs: number): { day: string; subject: string; minute: string } => {
+  const time = new Date(epochMs);
+  return {
+    day: utcDay(epochMs),
+    subject: `minutes#${pad2(time.getUTCHours())}`,
+    minute: pad2(time.getUTCMinutes()),
+  };
+};
+
+/**
  * When the call ended (epoch ms, whole): when its outcome became known — a stream that breaks a minute after it
  * began failed then, not when it arrived. Minutes and faults are dated by it (ADR 0008).
  */
@@ -138,13 +151,11 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
   // Every call is counted in the minute it ended, successes as faults, so that a minute's failures are compared
   // with the calls that ended with them, and a minute once past is not rewritten by a call that fails later.
   if (success || fault) {
-    const ended = endedAt(record);
-    const time = new Date(ended);
-    const minute = pad2(time.getUTCMinutes());
+    const { day: endDay, subject, minute } = minuteSlot(endedAt(record));
     const group = fault ? funnelGroup(record) : null;
     increments.push({
-      day: utcDay(ended),
-      subject: `minutes#${pad2(time.getUTCHours())}`,
+      day: endDay,
+      subject,
       counters: {
         [`r${minute}`]: 1,
         ...(group === 'incident' ? { [`u${minute}`]: 1 } : {}),

@@ -12,28 +12,39 @@ import { childEnv } from '#test/child-env.ts';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const DEMO_API_KEY = 'svc_live_npmStartTestKey000000000000000001';
 
+/** Collects a child's output, and waits for a line of it. */
+const watch = (started: ChildProcess) => {
+  let log = '';
+  const collect = (chunk: Buffer) => {
+    log += chunk.toString();
+  };
+  started.stdout?.on('data', collect);
+  started.stderr?.on('data', collect);
+  const seen = (pattern: RegExp, timeoutMs = 60_000): Promise<RegExpMatchArray> =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`timed out waiting for ${pattern}:\n${log}`)),
+        timeoutMs,
+      );
+      const check = () => {
+        const match = log.match(pattern);
+        if (!match) return;
+        clearTimeout(timer);
+        started.stdout?.off('data', check);
+        resolve(match);
+      };
+      started.stdout?.on('data', check);
+      check();
+    });
+  return { seen, log: () => log };
+};
+
 let child: ChildProcess;
-let output = '';
+let watched: ReturnType<typeof watch>;
 let dir: string;
 const env = () => childEnv({ LOCAL_STACK_FILE: join(dir, 'stack.json') });
 
-const waitFor = (pattern: RegExp, timeoutMs = 60_000): Promise<RegExpMatchArray> =>
-  new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`timed out waiting for ${pattern}:\n${output}`)),
-      timeoutMs,
-    );
-    const check = () => {
-      const match = output.match(pattern);
-      if (match) {
-        clearTimeout(timer);
-        child.stdout?.off('data', check);
-        resolve(match);
-      }
-    };
-    child.stdout?.on('data', check);
-    check();
-  });
+const waitFor = (pattern: RegExp, timeoutMs?: number) => watched.seen(pattern, timeoutMs);
 
 const portOpen = (port: number) =>
   new Promise<boolean>((resolve) => {
@@ -52,12 +63,7 @@ beforeAll(() => {
     env: { ...env(), PORT: '0', DEMO_API_KEY },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  child.stdout?.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  child.stderr?.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
+  watched = watch(child);
 });
 afterAll(async () => {
   // SIGTERM first: a SIGKILLed stack leaves its JVM running (its own process group), as a filtered run that skips
@@ -78,9 +84,9 @@ describe('npm start', () => {
   it('serves the gateway on its embedded defaults and prints how to use it', async () => {
     gateway = (await waitFor(/gateway listening on (http:\/\/127\.0\.0\.1:\d+)\/v1/))[1] as string;
     dynamoPort = Number(
-      (output.match(/DynamoDB Local listening on http:\/\/127\.0\.0\.1:(\d+)/) as RegExpMatchArray)[1],
+      (watched.log().match(/DynamoDB Local listening on http:\/\/127\.0\.0\.1:(\d+)/) as RegExpMatchArray)[1],
     );
-    expect(output).toContain('upstream: simulator at http://127.0.0.1:');
+    expect(watched.log()).toContain('upstream: simulator at http://127.0.0.1:');
     const res = await fetch(`${gateway}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${DEMO_API_KEY}`, 'content-type': 'application/json' },
@@ -147,7 +153,7 @@ describe('npm start', () => {
     await hangUp(`Bearer ${DEMO_API_KEY}`, '[[sim: latency_ms=300]] hi');
     await new Promise((resolve) => setTimeout(resolve, 800));
     expect(child.exitCode).toBeNull();
-    expect(output).not.toContain('Unhandled');
+    expect(watched.log()).not.toContain('Unhandled');
     const res = await fetch(`${gateway}/v1/models`, { headers: { authorization: `Bearer ${DEMO_API_KEY}` } });
     expect(res.status).toBe(200);
   });
@@ -188,20 +194,10 @@ describe('npm start', () => {
       env: { ...env(), LOCAL_STACK_FILE: join(dir, 'starting.json'), PORT: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let log = '';
-    const port = await new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no DynamoDB Local port in:\n${log}`)), 60_000);
-      starting.stdout?.on('data', (chunk: Buffer) => {
-        log += chunk.toString();
-        const match = log.match(/DynamoDB Local listening on http:\/\/127\.0\.0\.1:(\d+)/);
-        if (match) {
-          clearTimeout(timer);
-          resolve(Number(match[1]));
-        }
-      });
-    });
+    const { seen, log } = watch(starting);
+    const port = Number((await seen(/DynamoDB Local listening on http:\/\/127\.0\.0\.1:(\d+)/))[1]);
     // The JVM is up; tables, seed data and the gateway are not yet.
-    expect(log).not.toContain('gateway listening');
+    expect(log()).not.toContain('gateway listening');
     const exited = new Promise<number | null>((resolve) => starting.once('exit', (code) => resolve(code)));
     starting.kill('SIGINT');
     expect(await exited).toBe(130);
@@ -275,30 +271,8 @@ describe('npm start run by npm, as a service manager runs it', () => {
       env: { ...env(), LOCAL_STACK_FILE: file, PORT: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let log = '';
-    started.stdout?.on('data', (chunk: Buffer) => {
-      log += chunk.toString();
-    });
-    started.stderr?.on('data', (chunk: Buffer) => {
-      log += chunk.toString();
-    });
-    const seen = (pattern: RegExp) =>
-      new Promise<RegExpMatchArray>((resolve, reject) => {
-        const timer = setTimeout(
-          () => reject(new Error(`timed out waiting for ${pattern}:\n${log}`)),
-          90_000,
-        );
-        const check = () => {
-          const match = log.match(pattern);
-          if (!match) return;
-          clearTimeout(timer);
-          started.stdout?.off('data', check);
-          resolve(match);
-        };
-        started.stdout?.on('data', check);
-        check();
-      });
-    return { child: started, seen, log: () => log };
+    const { seen, log } = watch(started);
+    return { child: started, seen: (pattern: RegExp) => seen(pattern, 90_000), log };
   };
 
   it('stops the gateway and its JVM on a SIGTERM sent to npm alone, and leaves another stack its stack file', async () => {

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { DynamoDBClient, QueryCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { localClientConfig } from '#local/emulators.ts';
-import { createInstanceServer } from '#local/function-host.ts';
+import { createInstanceServer, NO_SITE } from '#local/function-host.ts';
 import { installLambdaGlobals, type StreamingHandler } from '#local/lambda-runtime.ts';
 import { startTestStack, type TestStack } from '#test/stack.ts';
 
@@ -141,7 +141,7 @@ describe('the uptime probe', () => {
           handler: cannotStart as unknown as StreamingHandler,
         },
       ],
-      { handles: () => false, serve: async () => {} },
+      NO_SITE,
       () => {},
     );
     await new Promise<void>((resolve) => host.server.listen(0, '127.0.0.1', resolve));

@@ -28,7 +28,7 @@ describe('the uptime probe’s checks', () => {
       expect(c.headers()).toMatchObject({ 'access-control-request-method': 'POST' });
   });
 
-  it('uses a well-formed key nobody has, new each round and named in its public prefix', () => {
+  it('uses a well-formed key nobody has, new each attempt and named in its public prefix', () => {
     const key = probeKey(bytes(200));
     expect(isWellFormedKey(key)).toBe(true);
     expect(publicPrefix(key)).toBe('svc_live_uptimepr');

@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createInstanceServer, type InstanceServer, type Route } from '#local/function-host.ts';
+import { createInstanceServer, type InstanceServer, NO_SITE, type Route } from '#local/function-host.ts';
 
 /**
  * The local host buffers a request's body (up to Lambda's 6 MB) before any handler authenticates it: a sender
@@ -21,7 +21,7 @@ const route: Route = {
 let instance: InstanceServer;
 let port: number;
 beforeAll(async () => {
-  instance = createInstanceServer([route], { handles: () => false, serve: async () => {} }, () => {}, {
+  instance = createInstanceServer([route], NO_SITE, () => {}, {
     requestTimeoutMs: 300,
     checkIntervalMs: 50,
   });
@@ -54,9 +54,7 @@ describe('the local host and a body that never finishes arriving', () => {
 describe('the local host and a client that leaves while sending its body', () => {
   it('lets it go quietly: no invocation, and no failure of its own to report', async () => {
     const failures: unknown[] = [];
-    const host = createInstanceServer([route], { handles: () => false, serve: async () => {} }, (error) =>
-      failures.push(error),
-    );
+    const host = createInstanceServer([route], NO_SITE, (error) => failures.push(error));
     await new Promise<void>((resolve) => host.server.listen(0, '127.0.0.1', resolve));
     try {
       const socket = connect((host.server.address() as AddressInfo).port, '127.0.0.1');
