@@ -255,6 +255,15 @@ const checkEntries = (
   return { errors, warnings };
 };
 
+/** Decimals a rate may have: per 1M units, a pico-dollar is the sixth; per minute of audio, the twelfth. */
+const rateDecimals = (kind: ModelKind): number => (kind === 'transcription' ? 12 : 6);
+
+const onPicoGrid = (usd: number, kind: ModelKind): boolean => {
+  const scaled = usd * 10 ** rateDecimals(kind);
+  // A tolerance for binary fractions: 2.01 × 1e6 is 2009999.9999999998.
+  return Math.abs(scaled - Math.round(scaled)) <= 8 * Number.EPSILON * Math.max(1, Math.abs(scaled));
+};
+
 const checkModel = (m: Model, error: (field: string, message: string) => void) => {
   const rates = RATE_NAMES.filter((name) => m.rates[name] !== undefined);
   if (m.flags.free) {
@@ -264,6 +273,15 @@ const checkModel = (m: Model, error: (field: string, message: string) => void) =
     }
   } else if (rates.every((name) => m.rates[name] === 0)) {
     error('rates', 'every rate is 0 but flags.free is not set (set it for a free model)');
+  }
+  // Calls are billed in whole pico-dollars per unit (pricing.ts): a finer rate would be rounded on every call,
+  // and one under half a pico-dollar per token (0.0000004 per 1M) would bill nothing on a paid model.
+  for (const name of rates) {
+    if (!onPicoGrid(m.rates[name] as number, m.kind))
+      error(
+        `rates.${name}`,
+        `at most ${rateDecimals(m.kind)} decimals: calls are billed in whole pico-dollars`,
+      );
   }
   if (m.kind === 'chat') {
     if (m.contextWindow === undefined)

@@ -286,6 +286,29 @@ describe('registry file', () => {
     ]);
   });
 
+  it('refuses a rate finer than the pico-dollar a call is billed in', () => {
+    const input = {
+      models: [
+        chat('tiny-1', { rates: { input: 0.0000004, output: 1 } }),
+        chat('fine-1', { rates: { input: 0.1234567, output: 0.3 } }),
+        // Six decimals, also where the float is a hair off the grid (2.01 × 1e6 is 2009999.9999999998): fine.
+        chat('grid-1', {
+          rates: { input: 0.000001, output: 2.01, cachedInput: 0.000123 },
+          flags: { promptCaching: true },
+        }),
+        { id: 'stt-1', family: 'svc', kind: 'transcription', rates: { input: 0.0000000000015 } },
+        { id: 'stt-2', family: 'svc', kind: 'transcription', rates: { input: 0.000123456789 } },
+        { id: 'stt-3', family: 'svc', kind: 'transcription', rates: { input: 0.000123456789012 } },
+      ],
+    };
+    expect(issues(input)).toEqual([
+      'models[0].rates.input: at most 6 decimals: calls are billed in whole pico-dollars',
+      'models[1].rates.input: at most 6 decimals: calls are billed in whole pico-dollars',
+      'models[3].rates.input: at most 12 decimals: calls are billed in whole pico-dollars',
+      'models[5].rates.input: at most 12 decimals: calls are billed in whole pico-dollars',
+    ]);
+  });
+
   it("refuses upstream cost rates the model's kind has no use for", () => {
     const input = {
       models: [{ id: 'svc-tts', family: 'svc', kind: 'speech', rates: { input: 25 } }],
