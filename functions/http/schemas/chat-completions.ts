@@ -84,10 +84,14 @@ const message = z.discriminatedUnion(
         audio: z.null().optional(),
         // What SDKs add to the messages they hand back, and send back as history: the openai SDK's helpers put
         // `parsed` on every message (`.parse()`, `.stream().finalChatCompletion()`); an upstream's streamed
-        // `reasoning_content`, which we relay, is echoed by the Vercel AI SDK's tool loops. Neither means anything
-        // to a model as input (some upstreams refuse reasoning sent back), so both go no further.
+        // `reasoning_content`, which we relay, is echoed by the Vercel AI SDK's tool loops — and the same reasoning
+        // under the names other upstreams give it (`reasoning`, with `reasoning_details` beside it), which a reply
+        // carries as it came and the usual `messages.push(reply.choices[0].message)` sends back. None means anything
+        // to a model as input (some upstreams refuse reasoning sent back), so they go no further.
         parsed: z.unknown().optional(),
         reasoning_content: z.string().nullish(),
+        reasoning: z.string().nullish(),
+        reasoning_details: z.array(z.unknown()).nullish(),
       })
       .refine(
         (m) =>
@@ -96,12 +100,21 @@ const message = z.discriminatedUnion(
           typeof m.refusal === 'string',
         { message: 'an assistant message needs content, tool_calls or a refusal', path: ['content'] },
       )
-      .transform(({ function_call: _, audio: __, parsed: ___, reasoning_content: ____, ...m }) =>
-        // A refused turn comes back as `content: null` with the refusal beside it, and is sent back so: what the
-        // assistant said is the refusal, which is content to any model.
-        (m.content === null || m.content === undefined) && typeof m.refusal === 'string'
-          ? (({ refusal, ...rest }) => ({ ...rest, content: refusal }))(m)
-          : m,
+      .transform(
+        ({
+          function_call: _,
+          audio: __,
+          parsed: ___,
+          reasoning_content: ____,
+          reasoning: _____,
+          reasoning_details: ______,
+          ...m
+        }) =>
+          // A refused turn comes back as `content: null` with the refusal beside it, and is sent back so: what the
+          // assistant said is the refusal, which is content to any model.
+          (m.content === null || m.content === undefined) && typeof m.refusal === 'string'
+            ? (({ refusal, ...rest }) => ({ ...rest, content: refusal }))(m)
+            : m,
       ),
     z.strictObject({ role: z.literal('tool'), content: textContent, tool_call_id: z.string().min(1) }),
   ],

@@ -106,6 +106,33 @@ describe('what OpenAI accepts and the spec does not forbid', () => {
     expect(request.messages[1]).toEqual({ role: 'assistant', content: '{"a":1}', refusal: null });
     expect(request.messages[3]).toEqual({ role: 'assistant', content: 'so' });
   });
+
+  it('takes back a reply whose reasoning came as `reasoning` with `reasoning_details` (as some upstreams send it), without it', () => {
+    const request = parseChatRequest({
+      ...valid,
+      messages: [
+        { role: 'user', content: 'hi' },
+        {
+          role: 'assistant',
+          content: 'hello',
+          reasoning: 'Greet back.',
+          reasoning_details: [{ type: 'reasoning.text', text: 'Greet back.' }],
+        },
+        { role: 'user', content: 'and?' },
+        { role: 'assistant', content: 'so', reasoning: null, reasoning_details: null },
+        { role: 'user', content: 'again' },
+      ],
+    });
+    expect(request.messages[1]).toEqual({ role: 'assistant', content: 'hello' });
+    expect(request.messages[3]).toEqual({ role: 'assistant', content: 'so' });
+    // Still typed: reasoning is text.
+    expect(
+      rejection({
+        ...valid,
+        messages: [{ role: 'assistant', content: 'x', reasoning: 1 }, ...valid.messages],
+      }),
+    ).toMatchObject({ param: 'messages[0].reasoning' });
+  });
 });
 
 describe('which fault a body with several is refused for', () => {
