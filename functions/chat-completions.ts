@@ -1,13 +1,14 @@
 import {
   billableChatUsage,
   completionLimit,
+  inClientIndices,
   type PreparedChat,
   prepareChat,
   upstreamChatBody,
 } from '#core/chat.ts';
 import { affordableCompletionTokens, worstCaseChatCost } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
-import type { ChatCompletionResult, UpstreamCall } from '#core/upstream.ts';
+import type { ChatCompletionResult, ChatStream, UpstreamCall } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { JSON_HEADERS } from '#http/handler.ts';
@@ -49,11 +50,16 @@ export const createHandler = (container: () => Container) =>
     const billed = { request: admission, resolved, call };
 
     if (!prepared.stream) {
-      const result = await c.gateway.admitAndRoute({
-        ...billed,
-        cycleKeys: true,
-        attempt: (d, k, signal) => c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
-      });
+      let result: ChatCompletionResult;
+      try {
+        result = await c.gateway.admitAndRoute({
+          ...billed,
+          cycleKeys: true,
+          attempt: (d, k, signal) => c.provider(d.adapter, 'chat').complete(upstream(d, k, signal)),
+        });
+      } catch (error) {
+        throw inClientIndices(error, prepared);
+      }
       const reported = result.usage && billableChatUsage(prepared, result.usage);
       if (result.usage && reported) reportedUsage(result.usage, reported);
       const usage = reported ?? withinCompletionLimit(estimatedUsage(prepared, result, c), completionTokens);
@@ -72,12 +78,17 @@ export const createHandler = (container: () => Container) =>
     }
     // Resolves once the first upstream event is in hand (and the call admitted): every failure before that may
     // still fall back. A stream opened for a call then refused is closed unread.
-    const stream = await c.gateway.admitAndRoute({
-      ...billed,
-      cycleKeys: false,
-      attempt: (d, k, signal) => c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
-      discard: (opened) => opened.close(),
-    });
+    let stream: ChatStream;
+    try {
+      stream = await c.gateway.admitAndRoute({
+        ...billed,
+        cycleKeys: false,
+        attempt: (d, k, signal) => c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
+        discard: (opened) => opened.close(),
+      });
+    } catch (error) {
+      throw inClientIndices(error, prepared);
+    }
     return {
       statusCode: 200,
       headers: SSE_HEADERS,

@@ -112,6 +112,25 @@ export const withLanguageRule = (messages: ChatMessage[], model: Model): ChatMes
   return [{ role: 'system', content: LANGUAGE_SYSTEM_MESSAGE }, ...messages];
 };
 
+/**
+ * An upstream's refusal of a request the language rule added a message to names that message list's indices
+ * (`messages[2].content[0]`, in `param` and in the text); the client's list is one shorter. The refusal in the
+ * client's indices: a message the client did not send keeps its index.
+ */
+export const inClientIndices = (error: unknown, prepared: PreparedChat): unknown => {
+  const added = prepared.messages.length - prepared.request.messages.length;
+  if (added <= 0 || !(error instanceof InvalidRequestError)) return error;
+  const shift = (text: string) =>
+    text.replace(/messages\[(\d+)\]/g, (whole, index: string) =>
+      Number(index) >= added ? `messages[${Number(index) - added}]` : whole,
+    );
+  return new InvalidRequestError(shift(error.message), error.code, {
+    param: error.param === null ? null : shift(error.param),
+    headers: error.headers,
+    cause: error.cause,
+  });
+};
+
 const rejectImagesUnlessMultimodal = (messages: ChatMessage[], model: Model): void => {
   if (model.flags.multimodal) return;
   messages.forEach((message, i) => {

@@ -223,6 +223,39 @@ describe('a chat model served by an anthropic deployment', () => {
   });
 });
 
+describe('a refusal of a request the language rule added a message to (svc-auto, spec §4 rule 2)', () => {
+  it("names the client's message, not the one the list it saw had one more of", async () => {
+    const registry = t.stack.container.registryStore;
+    const others = (await registry.load()).deployments.filter((d) => d.model === 'svc-auto');
+    await registry.put(
+      [],
+      [...others.map((d) => ({ ...d, status: 'retired' as const })), anthropicDeployment('svc-auto')],
+    );
+    await t.stack.container.registry.refresh();
+    try {
+      const history = [
+        { role: 'user', content: 'Weather in Paris?' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '[1]' } },
+          ],
+        },
+        { role: 'tool', tool_call_id: 'call_1', content: 'Sunny' },
+      ];
+      const response = await t.post('/chat/completions', { model: 'svc-auto', messages: history });
+      expect(response.status).toBe(400);
+      const { error } = (await response.json()) as { error: { param: string; message: string } };
+      expect(error.param).toBe('messages[1].tool_calls[0].function.arguments');
+      expect(t.simulator.calls()).toHaveLength(0);
+    } finally {
+      await registry.put([], [...others, { ...anthropicDeployment('svc-auto'), status: 'retired' }]);
+      await t.stack.container.registry.refresh();
+    }
+  });
+});
+
 describe('billing from the usage Anthropic reports', () => {
   it('debits the published rates × the simulator’s usage, streamed and not', async () => {
     const model = await publishedModel(MODEL);

@@ -5,6 +5,7 @@ import {
   DEFAULT_MAX_TOKENS,
   DEFAULT_TEMPERATURE,
   IMAGE_TOKEN_ESTIMATE,
+  inClientIndices,
   LANGUAGE_SYSTEM_MESSAGE,
   prepareChat,
   promptCeiling,
@@ -39,6 +40,28 @@ describe('the auto-language rule (spec §4 rule 2)', () => {
 
   it('never adds it for other models', () => {
     expect(prepareChat(request(), chatModel(), wordCounter).messages).toEqual(request().messages);
+  });
+
+  it("puts an upstream's refusal of the longer list back in the client's indices", () => {
+    const added = prepareChat(request(), auto, wordCounter);
+    const refusal = new InvalidRequestError('messages[1] and messages[12]: bad; messages[0] too', 'bad', {
+      param: 'messages[1].content[0]',
+      headers: { 'x-a': '1' },
+    });
+    const mapped = inClientIndices(refusal, added) as InvalidRequestError;
+    expect(mapped).toBeInstanceOf(InvalidRequestError);
+    // Our own message (index 0 of the list the upstream saw) keeps its index: the client has none for it.
+    expect(mapped.toJSON().error).toEqual({
+      message: 'messages[0] and messages[11]: bad; messages[0] too',
+      type: 'invalid_request_error',
+      param: 'messages[0].content[0]',
+      code: 'bad',
+    });
+    expect(mapped.headers).toEqual({ 'x-a': '1' });
+    // Nothing added, or not a refusal: the same error.
+    expect(inClientIndices(refusal, prepareChat(request(), chatModel(), wordCounter))).toBe(refusal);
+    const fault = new Error('messages[1]');
+    expect(inClientIndices(fault, added)).toBe(fault);
   });
 });
 
