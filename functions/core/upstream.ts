@@ -47,6 +47,12 @@ export interface ChatStreamEvent {
  */
 export interface ChatStream extends AsyncIterable<ChatStreamEvent> {
   close(): void;
+  /**
+   * The prompt side of the usage an upstream reported as its stream began, before its final report (Anthropic's
+   * `message_start`): what a stream cut before that report is billed on for its prompt, in place of our estimate.
+   * Null, or absent, where none came.
+   */
+  promptUsage?(): Pick<Usage, 'promptTokens' | 'cachedPromptTokens'> | null;
 }
 
 export interface ChatProvider {

@@ -23,7 +23,7 @@ export const chatEventStream = (
   keepAliveMs = DEFAULT_STREAM_KEEP_ALIVE_MS,
 ): Readable => {
   const progress: RelayProgress = { started: false };
-  const tally = new StreamTally(prepared, tokens, onReport);
+  const tally = new StreamTally(prepared, tokens, onReport, () => stream.promptUsage?.() ?? null);
   const events = relay(stream, prepared, call, progress, tally, keepAliveMs);
   return relayBody(call, events, 16 * 1024, progress, {
     close: () => stream.close(),
@@ -54,12 +54,19 @@ class StreamTally {
   #pieces = 0;
   #reported: Usage | null = null;
   readonly #onReport: (usage: Usage, billed: Usage) => void;
+  readonly #promptReport: () => Pick<Usage, 'promptTokens' | 'cachedPromptTokens'> | null;
 
-  constructor(prepared: PreparedChat, tokens: TokenCounter, onReport: (usage: Usage, billed: Usage) => void) {
+  constructor(
+    prepared: PreparedChat,
+    tokens: TokenCounter,
+    onReport: (usage: Usage, billed: Usage) => void,
+    promptReport: () => Pick<Usage, 'promptTokens' | 'cachedPromptTokens'> | null,
+  ) {
     this.#prepared = prepared;
     this.#tokens = tokens;
     this.#limit = completionLimit(prepared);
     this.#onReport = onReport;
+    this.#promptReport = promptReport;
   }
 
   /** The upstream's report, as billed; null until it comes. */
@@ -86,18 +93,23 @@ class StreamTally {
     if (this.#text.length >= 256) this.#text = [this.#text.join('')];
   }
 
-  /** Our count: the prompt estimate plus the output relayed, within the completion limit. */
+  /**
+   * Our count of the output relayed, within the completion limit, and the prompt as the upstream counted it as the
+   * stream began (its cached part at the cached rate) — else our estimate of it.
+   */
   estimate(): Usage {
-    return withinCompletionLimit(
-      {
-        promptTokens: this.#prepared.promptTokens,
-        completionTokens: this.#outputTokens(),
-        cachedPromptTokens: 0,
-        reasoningTokens: 0,
-        source: 'estimated',
-      },
-      this.#limit,
-    );
+    const prompt = this.#promptReport();
+    const counted: Usage = {
+      promptTokens: prompt?.promptTokens ?? this.#prepared.promptTokens,
+      completionTokens: this.#outputTokens(),
+      cachedPromptTokens: prompt?.cachedPromptTokens ?? 0,
+      reasoningTokens: 0,
+      source: 'estimated',
+    };
+    // An upstream's prompt count is held to the prompt's ceiling, as its final report would be.
+    return prompt === null
+      ? withinCompletionLimit(counted, this.#limit)
+      : billableChatUsage(this.#prepared, counted);
   }
 
   /** Whether output was relayed after the last report, which that report does not cover. */

@@ -321,6 +321,43 @@ describe('billing from the usage Anthropic reports', () => {
   });
 });
 
+describe('a stream Anthropic never finished reporting', () => {
+  it('bills a client that leaves mid-stream the prompt as message_start counted it, cache reads at the cached rate', async () => {
+    const model = await publishedModel(CACHING_MODEL);
+    const { id, key } = await fundedAccount(t);
+    const long = [
+      {
+        role: 'user' as const,
+        content: `${'lorem ipsum dolor sit amet '.repeat(300)}[[sim: chunk_delay_ms=100 completion_tokens=30]]`,
+      },
+    ];
+    // The first call writes the prompt cache; the streamed one reads it.
+    await t.openai({ apiKey: key }).chat.completions.create({ model: CACHING_MODEL, messages: long });
+    const prompt = countMessagesPromptTokens(upstreamBody());
+    const cached = cachedTokensFor(prompt);
+    expect(cached).toBeGreaterThan(prompt / 2);
+
+    const controller = new AbortController();
+    const response = await fetch(`${t.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: CACHING_MODEL, messages: long, stream: true }),
+      signal: controller.signal,
+    });
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    await reader.read();
+    controller.abort();
+    const requestId = response.headers.get('x-request-id') as string;
+
+    const debit = debitOf(await settledWallet(t, id), requestId) as number;
+    // Whatever our count of the output relayed (1 to 30 tokens), the prompt is Anthropic's: mostly cached.
+    expect(debit).toBeGreaterThanOrEqual(costOf(model, reportedUsage(prompt, 1, cached)));
+    expect(debit).toBeLessThanOrEqual(costOf(model, reportedUsage(prompt, 30, cached)));
+    expect(debit).toBeLessThan(costOf(model, reportedUsage(prompt, 1)));
+  });
+});
+
 describe('faults of the anthropic deployment', () => {
   it('falls back to the openai-compatible deployment when Anthropic is overloaded (529), non-stream', async () => {
     t.simulator.setFaults('sim-c', { error: 'overloaded' });

@@ -6,6 +6,7 @@ import type {
   ChatStreamEvent,
   UpstreamCall,
 } from '#core/upstream.ts';
+import type { Usage } from '#core/usage.ts';
 import {
   ANTHROPIC_VERSION,
   anthropicStatusFailure,
@@ -125,6 +126,10 @@ class TranslatedStream implements ChatStream {
     } finally {
       this.close();
     }
+  }
+
+  promptUsage(): Pick<Usage, 'promptTokens' | 'cachedPromptTokens'> | null {
+    return this.#translator.promptUsage;
   }
 
   close(): void {

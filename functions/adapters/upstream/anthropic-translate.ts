@@ -724,6 +724,11 @@ export class MessagesStreamTranslator {
     return this.#replied;
   }
 
+  /** The input side of the usage reported so far (`message_start`'s), as counted for billing; null before it. */
+  get promptUsage(): Pick<Usage, 'promptTokens' | 'cachedPromptTokens'> | null {
+    return anthropicUsage(this.#usage)?.usage ?? null;
+  }
+
   /** The end of the stream, as `message_stop` gives it: the usage-only chunk (when usage came), and finished. */
   stop(): ChatStreamEvent[] {
     this.#finished = true;

@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { MessagesStreamTranslator } from '#adapters/upstream/anthropic-translate.ts';
 import { outputOf } from '#adapters/upstream/openai-compatible.ts';
 import { CallRecorder } from '#core/call-recorder.ts';
-import { prepareChat } from '#core/chat.ts';
+import { prepareChat, promptCeiling } from '#core/chat.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { chatEvent, chatChunk as chunk } from '#test/chat-chunks.ts';
@@ -170,5 +170,72 @@ describe('an Anthropic stream billed on our count', () => {
     }
     // 6 + 5 words of thinking.
     expect(call.settlement()).toMatchObject({ usage: { completionTokens: 11, source: 'estimated' } });
+  });
+
+  it('bills a client that leaves before the final report the prompt as message_start counted it, cache reads cached', async () => {
+    const translator = new MessagesStreamTranslator({
+      publicModel: 'famA-test',
+      created: 0,
+      clientWantsUsage: false,
+    });
+    const text = (words: string) => ({
+      type: 'content_block_delta',
+      index: 0,
+      delta: { type: 'text_delta', text: words },
+    });
+    // Anthropic's input side up front: 3 new tokens, 900 read from the cache, 100 written to it.
+    const usage = {
+      input_tokens: 3,
+      cache_read_input_tokens: 900,
+      cache_creation_input_tokens: 100,
+      output_tokens: 1,
+    };
+    const events = [
+      { type: 'message_start', message: { id: 'msg_1', usage } },
+      { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+      text('Here are four words'),
+      text(' and then more.'),
+    ].flatMap((event) => translator.translate(JSON.stringify(event)));
+    const upstream = Object.assign(stallingUpstream(events, events.length), {
+      promptUsage: () => translator.promptUsage,
+    });
+    // Our estimate of this prompt would be a handful of tokens, none of them cached.
+    const chat = prepared();
+    expect(chat.promptTokens).toBeLessThan(20);
+    const call = new CallRecorder('chat.completions', 'req_cached_prompt', { now: () => Date.now() });
+    const body = chatEventStream(upstream, chat, call, wordCounter);
+    let relayed = '';
+    for await (const piece of body) {
+      relayed += String(piece);
+      if (relayed.includes('more.')) break;
+    }
+    await vi.waitFor(() =>
+      expect(call.settlement()).toMatchObject({
+        outcome: 'client_aborted',
+        usage: { promptTokens: 1003, cachedPromptTokens: 900, completionTokens: 7, source: 'estimated' },
+      }),
+    );
+  });
+
+  it('holds a prompt count from message_start to the prompt ceiling, as a final report would be', async () => {
+    const translator = new MessagesStreamTranslator({
+      publicModel: 'famA-test',
+      created: 0,
+      clientWantsUsage: false,
+    });
+    const events = [
+      {
+        type: 'message_start',
+        message: { id: 'msg_1', usage: { input_tokens: 50_000_000, output_tokens: 1 } },
+      },
+      { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'Hi' } },
+    ].flatMap((event) => translator.translate(JSON.stringify(event)));
+    const upstream = Object.assign(stallingUpstream(events), { promptUsage: () => translator.promptUsage });
+    const chat = prepared();
+    const call = new CallRecorder('chat.completions', 'req_ceiling', { now: () => Date.now() });
+    for await (const _ of chatEventStream(upstream, chat, call, wordCounter)) {
+      // read to the end: no final report
+    }
+    expect(call.settlement().usage?.promptTokens).toBe(promptCeiling(chat));
   });
 });
