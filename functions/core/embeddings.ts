@@ -117,7 +117,7 @@ export const upstreamEmbeddingsBody = (
 const vectorLength = (vector: UpstreamVector): number => {
   if (typeof vector !== 'string') return vector.every(Number.isFinite) ? vector.length : -1;
   const bytes = Buffer.from(vector, 'base64');
-  // Padding aside: an upstream may leave it off, and decoders take base64 either way.
+  // Padding aside: an upstream may leave it off (the client gets it padded: encodeVector).
   if (bytes.length % 4 !== 0 || bytes.toString('base64').replace(/=+$/, '') !== vector.replace(/=+$/, ''))
     return -1;
   for (let i = 0; i < bytes.length; i += 4) if (!Number.isFinite(bytes.readFloatLE(i))) return -1;
@@ -172,12 +172,21 @@ export const base64ToVector = (encoded: string): number[] => {
   return vector;
 };
 
+/**
+ * Base64 with its padding, as OpenAI sends it: an upstream may leave it off (vectorLength takes that), and Python's
+ * decoder — the openai SDK's, which asks for base64 by default — refuses it ("Incorrect padding").
+ */
+const padded = (base64: string): string => {
+  const short = base64.length % 4;
+  return short === 0 ? base64 : base64 + '='.repeat(4 - short);
+};
+
 /** A vector in the encoding the client asked for, converting only when the upstream used the other one. */
 export const encodeVector = (
   vector: UpstreamVector,
   encoding: 'float' | 'base64',
 ): readonly number[] | string => {
-  if (encoding === 'base64') return typeof vector === 'string' ? vector : vectorToBase64(vector);
+  if (encoding === 'base64') return typeof vector === 'string' ? padded(vector) : vectorToBase64(vector);
   return typeof vector === 'string' ? base64ToVector(vector) : vector;
 };
 

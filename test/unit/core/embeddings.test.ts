@@ -114,6 +114,18 @@ describe('vector encodings', () => {
     expect(encodeVector(encoded, 'base64')).toBe(encoded);
     expect(encodeVector(vector, 'float')).toBe(vector);
   });
+
+  it("pads an upstream's unpadded base64 for the client, as Python's decoder (the openai SDK's default) needs", () => {
+    // 4 and 8 floats: 16 and 32 bytes, not multiples of 3, so their base64 ends in padding.
+    for (const vector of [
+      [0.5, -0.25, 1, 0],
+      [1, 2, 3, 4, 5, 6, 7, 8],
+    ]) {
+      const encoded = vectorToBase64(vector);
+      expect(encoded).toMatch(/=$/);
+      expect(encodeVector(encoded.replace(/=+$/, ''), 'base64')).toBe(encoded);
+    }
+  });
 });
 
 describe('checkVectors', () => {
