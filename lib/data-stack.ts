@@ -8,6 +8,7 @@ import { type ITopic, Topic } from 'aws-cdk-lib/aws-sns';
 import { EmailSubscription } from 'aws-cdk-lib/aws-sns-subscriptions';
 import { type IQueue, Queue, QueueEncryption } from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
+import { keptInProduction } from './removal.ts';
 import { type KeyAttribute, physicalName, queues, type TableId, tables } from './resources.ts';
 
 export interface DataStackProps extends StackProps {
@@ -46,6 +47,7 @@ export class DataStack extends Stack {
     super(scope, id, props);
     const prefix = `svc-${props.stage}`;
     const removalPolicy = props.production ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY;
+    const kept = keptInProduction(props.production);
 
     const built = {} as Record<TableId, ITableV2>;
     for (const [id, definition] of Object.entries(tables) as [TableId, (typeof tables)[TableId]][]) {
@@ -78,7 +80,7 @@ export class DataStack extends Stack {
       encryption: QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       // Settlements not yet debited: a deleted or replaced stack must not take them along in production.
-      removalPolicy,
+      removalPolicy: kept,
     });
     this.settlementQueue = new Queue(this, 'settlement-queue', {
       queueName: physicalName(prefix, settlement.id),
@@ -87,7 +89,7 @@ export class DataStack extends Stack {
       deadLetterQueue: { queue: this.settlementDlq, maxReceiveCount: settlement.deadLetter.maxReceiveCount },
       encryption: QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
-      removalPolicy,
+      removalPolicy: kept,
     });
 
     const secretIds = new Set<string>();
@@ -100,11 +102,17 @@ export class DataStack extends Stack {
       const secret = new Secret(this, id, {
         secretName,
         description: `Upstream API key; deployments reference it as secretsmanager:${secretName}`,
-        removalPolicy,
+        removalPolicy: kept,
       });
       new CfnOutput(this, `${id}-name`, { value: secretName });
       return secret;
     });
+
+    // Tables last: they are kept even from a failed first create's rollback (deletion protection refuses its delete),
+    // so the likeliest first failure — a secret name the account already has (README) — must come before them.
+    for (const table of Object.values(built)) {
+      table.node.addDependency(this.settlementQueue, this.settlementDlq, ...this.providerSecrets);
+    }
 
     this.alarmTopic = new Topic(this, 'alarm-topic', { topicName: `${prefix}-alarms`, enforceSSL: true });
     // enforceSSL writes a topic policy, and a topic policy replaces SNS's default one — the one that let this

@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { Duration, Stack } from 'aws-cdk-lib';
 import { Alarm, ComparisonOperator, TreatMissingData } from 'aws-cdk-lib/aws-cloudwatch';
 import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type { ITableV2 } from 'aws-cdk-lib/aws-dynamodb';
@@ -31,6 +31,7 @@ import {
   type QueueId,
   timeoutOf,
 } from './functions.ts';
+import { keptInProduction } from './removal.ts';
 import { buckets, queues, type TableId, tables } from './resources.ts';
 import type { StageConfig } from './stage.ts';
 
@@ -120,7 +121,7 @@ export class GatewayFunction extends Construct {
     const logGroup = new LogGroup(this, 'logs', {
       logGroupName: `/aws/lambda/${functionName}`,
       retention: stage.logRetentionDays as RetentionDays,
-      removalPolicy: stage.production ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY,
+      removalPolicy: keptInProduction(stage.production),
     });
     // No AWSLambdaBasicExecutionRole: it allows log writes to every log group (`*`); this role writes to one.
     const role = new Role(this, 'role', {

@@ -1,6 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, Duration, Stack, type StackProps } from 'aws-cdk-lib';
 import type { RestApi } from 'aws-cdk-lib/aws-apigateway';
 import {
   AllowedMethods,
@@ -14,6 +14,7 @@ import { RestApiOrigin, S3BucketOrigin } from 'aws-cdk-lib/aws-cloudfront-origin
 import { BlockPublicAccess, Bucket, BucketEncryption, type IBucket } from 'aws-cdk-lib/aws-s3';
 import { BucketDeployment, CacheControl, Source } from 'aws-cdk-lib/aws-s3-deployment';
 import type { Construct } from 'constructs';
+import { keptInProduction } from './removal.ts';
 import { buckets } from './resources.ts';
 import type { StageConfig } from './stage.ts';
 
@@ -46,14 +47,15 @@ export class SiteStack extends Stack {
       blockPublicAccess: BlockPublicAccess.BLOCK_ALL,
       encryption: BucketEncryption.S3_MANAGED,
       enforceSSL: true,
-      removalPolicy: stage.production ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY,
+      removalPolicy: keptInProduction(stage.production),
       autoDeleteObjects: !stage.production,
     });
     this.bucket = bucket;
 
     const siteOrigin = S3BucketOrigin.withOriginAccessControl(bucket);
     const usageReportCache = new CachePolicy(this, 'usage-report-cache', {
-      cachePolicyName: `${stage.prefix}-usage-report`,
+      // Cache policy names are unique per account, not per region: the same stage in a second region needs its own.
+      cachePolicyName: `${stage.prefix}-usage-report-${this.region}`,
       comment: 'usage.json: short-lived, the report is rebuilt on a schedule',
       minTtl: Duration.seconds(0),
       defaultTtl: Duration.seconds(60),

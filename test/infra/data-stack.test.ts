@@ -68,13 +68,31 @@ describe('the data stack', () => {
     production.resourceCountIs('AWS::SecretsManager::Secret', 1);
     // The settlement queue and its DLQ hold settlements not yet debited: money, like the tables.
     production.resourceCountIs('AWS::SQS::Queue', 2);
-    for (const type of ['AWS::DynamoDB::GlobalTable', 'AWS::SecretsManager::Secret', 'AWS::SQS::Queue']) {
-      for (const resource of Object.values(production.findResources(type)))
-        expect(resource.DeletionPolicy, type).toBe('Retain');
+    for (const resource of Object.values(production.findResources('AWS::DynamoDB::GlobalTable'))) {
+      expect(resource.DeletionPolicy).toBe('Retain');
+      expect(resource.UpdateReplacePolicy).toBe('Retain');
+    }
+    // Except from a failed first create's rollback, whose retry a kept resource's fixed name would make fail.
+    for (const type of ['AWS::SecretsManager::Secret', 'AWS::SQS::Queue']) {
+      for (const resource of Object.values(production.findResources(type))) {
+        expect(resource.DeletionPolicy, type).toBe('RetainExceptOnCreate');
+        expect(resource.UpdateReplacePolicy, type).toBe('Retain');
+      }
     }
     for (const type of ['AWS::DynamoDB::GlobalTable', 'AWS::SQS::Queue'])
       for (const resource of Object.values(template.findResources(type)))
         expect(resource.DeletionPolicy).toBe('Delete');
+  });
+
+  it('creates the tables, which even a failed first create keeps, only once the secrets and queues exist', () => {
+    const production = synth(true, ['svc/provider-a/key-1']);
+    const others = [
+      ...Object.keys(production.findResources('AWS::SecretsManager::Secret')),
+      ...Object.keys(production.findResources('AWS::SQS::Queue')),
+    ];
+    expect(others).toHaveLength(3);
+    for (const table of Object.values(production.findResources('AWS::DynamoDB::GlobalTable')))
+      expect(table.DependsOn).toEqual(expect.arrayContaining(others));
   });
 
   it("lets this stage's CloudWatch alarms publish to the alarm topic, whose TLS-only policy replaces the default", () => {
