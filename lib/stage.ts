@@ -189,8 +189,11 @@ export const stageConfig = (context: Context): StageConfig => {
     explicit === undefined ? stage === 'prod' || stage === 'production' : explicit === 'true';
 
   const logLevel = text(context, 'logLevel') ?? 'info';
-  if (!LOG_LEVELS.includes(logLevel as LogLevel))
-    fail('logLevel', `one of ${LOG_LEVELS.join(', ')}`, logLevel);
+  // The stage's alarms count log lines (lib/functions.ts, logAlarms): a refused price sync and a failed uptime round
+  // are warnings, a settlement record logged instead of sent an error. A level above warn would silence them.
+  const alarmed = LOG_LEVELS.slice(0, LOG_LEVELS.indexOf('warn') + 1);
+  if (!alarmed.includes(logLevel as LogLevel))
+    fail('logLevel', `one of ${alarmed.join(', ')} (the alarms count warn and error lines)`, logLevel);
 
   const schedules = { ...DEFAULT_SCHEDULES };
   for (const id of Object.keys(DEFAULT_SCHEDULES) as ScheduleId[]) {

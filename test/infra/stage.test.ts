@@ -100,6 +100,9 @@ describe('stageConfig', () => {
     [{ holdSweeperSchedule: 'every 5 minutes' }, '"holdSweeperSchedule"'],
     [{ logRetentionDays: '45' }, '"logRetentionDays"'],
     [{ logLevel: 'verbose' }, '"logLevel"'],
+    // The alarms count warn and error lines: a level that drops them would leave the alarms blind.
+    [{ logLevel: 'error' }, 'the alarms count warn and error lines'],
+    [{ logLevel: 'silent' }, 'the alarms count warn and error lines'],
     [{ providerSecrets: 'open ai' }, '"providerSecrets"'],
     [{ alarmEmail: 'ops' }, '"alarmEmail"'],
     [{ production: 'yes' }, '"production"'],
