@@ -11,7 +11,7 @@ import { SnsAction } from 'aws-cdk-lib/aws-cloudwatch-actions';
 import { FunctionUrlAuthType, InvokeMode } from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
 import { CORS_HEADERS } from '#http/cors.ts';
-import { type FunctionDefinition, timeoutOf } from './functions.ts';
+import { type FunctionDefinition, REST_BINARY_MEDIA_TYPES, timeoutOf } from './functions.ts';
 import { type Bindings, GatewayFunction } from './gateway-function.ts';
 import type { StageConfig } from './stage.ts';
 
@@ -54,9 +54,7 @@ export class ApiStack extends Stack {
       restApiName: `${stage.prefix}-api`,
       description: 'OpenAI-compatible inference API',
       endpointConfiguration: { types: [EndpointType.REGIONAL] },
-      // Transcription uploads are binary multipart bodies: without this API Gateway would hand them to the
-      // function as mangled UTF-8 rather than base64.
-      binaryMediaTypes: ['multipart/form-data'],
+      binaryMediaTypes: [...REST_BINARY_MEDIA_TYPES],
       // The account-wide CloudWatch role is shared by every API of the account; not ours to create or replace.
       cloudWatchRole: false,
       deployOptions: { stageName: stage.stage, tracingEnabled: true, metricsEnabled: true },

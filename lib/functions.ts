@@ -208,6 +208,14 @@ export const functions = {
 export type FunctionId = keyof typeof functions;
 
 /** The handler file of a row, relative to the repository root. */
+/**
+ * The REST API's binary media types: every request body reaches a function base64-encoded, its bytes unchanged. A
+ * body matching none is handed over as UTF-8 text, which mangles bytes that are not: transcription uploads, and any
+ * compressed body (`Content-Encoding: gzip`, `deflate` or `br`, README) whatever its Content-Type says. The handlers
+ * decode base64 bodies; responses stream (ResponseTransferMode.STREAM) and are passed on as they are written.
+ */
+export const REST_BINARY_MEDIA_TYPES: readonly string[] = ['*/*'];
+
 export const entryOf = (id: string): string => `functions/${id}.ts`;
 
 export const timeoutOf = (definition: FunctionDefinition): number =>

@@ -1,3 +1,4 @@
+import { brotliCompressSync, gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RestApi, startRestApi } from '#test/rest-api.ts';
@@ -38,6 +39,28 @@ describe('the REST API entry (payload 1.0 events)', () => {
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
     expect(text.length).toBeGreaterThan(0);
+  });
+
+  it('serves a compressed body: API Gateway hands it over base64, its bytes whole', async () => {
+    const body = JSON.stringify({
+      model: 'famA-v4.1-flash',
+      messages: [{ role: 'user', content: 'Zipped hello' }],
+    });
+    for (const [encoding, bytes] of [
+      ['gzip', gzipSync(body)],
+      ['br', brotliCompressSync(body)],
+    ] as const) {
+      const response = await fetch(`${api.baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${t.apiKey}`,
+          'content-type': 'application/json',
+          'content-encoding': encoding,
+        },
+        body: bytes,
+      });
+      expect([encoding, response.status]).toEqual([encoding, 200]);
+    }
   });
 });
 

@@ -774,6 +774,8 @@ describe('the CDK app', () => {
     );
     expect(api.AllowedMethods).toEqual(expect.arrayContaining(['GET', 'POST']));
     expect(api.CachePolicyId).toBe('4135ea2d-6df8-44a3-9df3-4b5a84be39ad'); // Managed-CachingDisabled
+    // Every request body reaches the functions base64, its bytes whole: uploads, and compressed bodies of any type.
+    expect(one(all('AWS::ApiGateway::RestApi'), 'the REST API').properties.BinaryMediaTypes).toEqual(['*/*']);
     expect(api.OriginRequestPolicyId).toBe('b689b0a8-53d0-40ab-baf2-68738e2966ac'); // AllViewerExceptHostHeader
     expect(api.ViewerProtocolPolicy).toBe('https-only');
     expect(behavior('/usage.json').TargetOriginId).toBe(config.DefaultCacheBehavior.TargetOriginId);

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { APIGatewayProxyEvent } from 'aws-lambda';
 import type { Container } from '#functions/container.ts';
+import { REST_BINARY_MEDIA_TYPES } from '#lib/functions.ts';
 import { invocationContext, invokeStreaming, readBody } from '#local/function-url.ts';
 import type { StreamingHandler } from '#local/lambda-runtime.ts';
 
@@ -10,6 +11,15 @@ import type { StreamingHandler } from '#local/lambda-runtime.ts';
  * send the payload-1.0 event (headers as the client cased them, `path`, `httpMethod`). The local host serves
  * Function URL events only; this serves the real handlers behind 1.0 events instead.
  */
+/** Whether API Gateway would treat a body of this Content-Type as binary (the stack's binaryMediaTypes). */
+const isBinaryMediaType = (contentType: string): boolean => {
+  const type = (contentType.split(';')[0] ?? '').trim().toLowerCase();
+  return REST_BINARY_MEDIA_TYPES.some((pattern) => {
+    const [main, sub] = pattern.split('/');
+    return (main === '*' || type.startsWith(`${main}/`)) && (sub === '*' || type.endsWith(`/${sub}`));
+  });
+};
+
 export const restEvent = (req: IncomingMessage, body: Buffer): APIGatewayProxyEvent => {
   const url = new URL(req.url ?? '/', 'http://localhost');
   const headers: Record<string, string> = {};
@@ -20,6 +30,7 @@ export const restEvent = (req: IncomingMessage, body: Buffer): APIGatewayProxyEv
     headers[name] = value;
     multiValueHeaders[name] = [...(multiValueHeaders[name] ?? []), value];
   }
+  const binary = isBinaryMediaType(req.headers['content-type'] ?? '');
   return {
     resource: '/{proxy+}',
     path: url.pathname,
@@ -30,8 +41,9 @@ export const restEvent = (req: IncomingMessage, body: Buffer): APIGatewayProxyEv
     multiValueQueryStringParameters: null,
     pathParameters: null,
     stageVariables: null,
-    body: body.length > 0 ? body.toString('utf8') : null,
-    isBase64Encoded: false,
+    // As API Gateway does: base64 for a body whose Content-Type is one of the API's binary media types, else text.
+    body: body.length === 0 ? null : binary ? body.toString('base64') : body.toString('utf8'),
+    isBase64Encoded: body.length > 0 && binary,
     requestContext: {
       accountId: '123456789012',
       apiId: 'rest',
