@@ -24,6 +24,9 @@ const keepAll = (): void => {};
  * Whether an attempt's time is its time to a first byte — a stream's, or speech's (it answers as its first audio
  * arrives) — rather than a whole reply's, whose length the client's request decides.
  */
+/** A probe whose answer closed its circuit (health's tokens start at 1). */
+const ANSWERED: ProbeToken = 0;
+
 const timesFirstByte = (call: CallRecorder): boolean => call.stream || call.endpoint === 'audio.speech';
 
 /** A billed call, as `Gateway.admitAndRoute` takes it. */
@@ -102,7 +105,10 @@ const routeDeadline = (call: CallRecorder): { at: number | null; error: () => Ap
  */
 export class Gateway {
   readonly #deps: GatewayDeps;
-  /** The half-open probes each call's route claimed, until the call's end settles them. */
+  /**
+   * The half-open probes each call's route claimed, until the call's end settles them; ANSWERED for the one whose
+   * answer has already closed its circuit.
+   */
   readonly #probes = new WeakMap<CallRecorder, ReadonlyMap<string, ProbeToken>>();
 
   constructor(deps: GatewayDeps) {
@@ -188,7 +194,8 @@ export class Gateway {
   /**
    * A call whose route answered but which was then refused admission: served to no one. Its answering attempt is
    * recorded as cancelled, no verdict on the deployment — a stream's first event, from a stream closed unread, says
-   * nothing of how it would have ended — and a half-open probe it held is given back untried.
+   * nothing of how it would have ended. A half-open probe it answered has closed its circuit already (route): the
+   * deployment answered.
    */
   #unserve(call: CallRecorder): void {
     const served = call.attempts.findLastIndex((a) => a.outcome === 'ok');
@@ -251,6 +258,21 @@ export class Gateway {
       );
       call.deployment = served.deployment;
       call.upstreamMs = clock.now() - started;
+      const probe = probes.get(served.deployment.id);
+      if (health && probe !== undefined) {
+        // The deployment answered its probe (a stream's first event, a whole reply): its circuit closes now, not when
+        // the call ends. A probe still streaming when the cool-down ran out again would be superseded, its success
+        // settling nothing — a recovered deployment kept out for as long as its answers take, a model served by it
+        // alone refused meanwhile. A stream that breaks later counts as any closed circuit's failure (observeEnd).
+        const answered = call.attempts.findLast((a) => a.outcome === 'ok');
+        health.record(
+          served.deployment.id,
+          'ok',
+          timesFirstByte(call) ? (answered?.ms ?? null) : null,
+          probe,
+        );
+        this.#probes.set(call, new Map(probes).set(served.deployment.id, ANSWERED));
+      }
       return served.value;
     } finally {
       disarm?.();
@@ -310,6 +332,12 @@ export class Gateway {
     // A non-stream reply's time is its whole generation's, which the client's request decides: not the
     // deployment's latency (health.ts `record`).
     const firstByteMs = timesFirstByte(call) ? served.ms : null;
-    health.record(served.deployment, outcome === 'stream_interrupted' ? 'dropped' : 'ok', firstByteMs, probe);
+    const broke = outcome === 'stream_interrupted';
+    // An answered probe's success is counted (route): only its stream breaking is news.
+    if (probe === ANSWERED) {
+      if (broke) health.record(served.deployment, 'dropped', firstByteMs);
+      return;
+    }
+    health.record(served.deployment, broke ? 'dropped' : 'ok', firstByteMs, probe);
   }
 }

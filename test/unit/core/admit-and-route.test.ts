@@ -331,7 +331,7 @@ describe('admission beside routing', () => {
     expect(await third).toBe('after');
   });
 
-  it('records a call refused after its route answered as cancelled, and gives a half-open probe back untried', async () => {
+  it('records a call refused after its route answered as cancelled; a half-open probe it answered stays closed', async () => {
     const { admitAndRoute, gateway, health, call, warm, answer, later, clock } = setup();
     await warm();
     for (let i = 0; i < TEST_HEALTH_POLICY.overloadRun; i++) health.record('a', 'overloaded', 1);
@@ -347,8 +347,8 @@ describe('admission beside routing', () => {
     expect(c.attempts).toMatchObject([{ deployment: 'a', outcome: 'cancelled' }]);
     expect(c.upstreamMs).toBeNull();
     gateway.observeEnd(c, 'insufficient_balance');
-    // Neither closed by a stream nobody read, nor reopened: the next call may probe it.
-    expect(health.state('a')).toBe('half-open');
+    // The deployment answered the probe (its first event), which closed its circuit whoever then read the stream.
+    expect(health.state('a')).toBe('closed');
   });
 
   it('keeps the store doubted until an admission asked after its failure passes, and not for one account’s contention', async () => {

@@ -43,22 +43,29 @@ const setup = () => {
 };
 
 describe('Gateway and half-open probes', () => {
-  it('closes the circuit when the probing call ends well, not when its first byte arrives', async () => {
-    const { health, gateway, resolved, call } = setup();
-    const probing = call();
-    const served = await gateway.route(resolved, probing, true, async (d) => d.id);
-    expect(served).toBe('a');
-    expect(health.state('a')).toBe('half-open'); // a stream could still break
-    gateway.observeEnd(probing, 'ok');
-    expect(health.state('a')).toBe('closed');
+  it("closes the circuit once the probe is answered (a stream's first event, a whole reply), counting it once", async () => {
+    for (const stream of [true, false]) {
+      const { health, gateway, resolved, call } = setup();
+      const probing = call();
+      probing.stream = stream;
+      const served = await gateway.route(resolved, probing, !stream, async (d) => d.id);
+      expect(served).toBe('a');
+      // Closed while the answer still streams: a long one would otherwise outlive the probe (handed out again after
+      // a cool-down) and its success settle nothing, keeping a recovered deployment out.
+      expect(health.state('a')).toBe('closed');
+      gateway.observeEnd(probing, 'ok');
+      expect(health.state('a')).toBe('closed');
+      expect(health.view('a')).toMatchObject({ calls: 1, failures: 0 });
+    }
   });
 
-  it('reopens the circuit when the probing stream breaks mid-way', async () => {
+  it('counts a probing stream that breaks mid-way as a failure of the closed circuit, not a second success', async () => {
     const { health, gateway, resolved, call } = setup();
     const probing = call();
+    probing.stream = true;
     await gateway.route(resolved, probing, false, async (d) => d.id);
     gateway.observeEnd(probing, 'stream_interrupted');
-    expect(health.state('a')).toBe('open');
+    expect(health.view('a')).toMatchObject({ state: 'closed', calls: 2, failures: 1 });
   });
 
   it('reopens the circuit when the probe fails and the call falls back', async () => {
@@ -107,8 +114,14 @@ describe('Gateway and half-open probes', () => {
   it('does not let another call settle the probe: a straggler ending on the deployment changes nothing', async () => {
     const { health, gateway, resolved, call } = setup();
     const probing = call();
-    await gateway.route(resolved, probing, false, async (d) => d.id);
-    // A second call, routed while the probe is out, skips 'a' …
+    let answer: (id: string) => void = () => {};
+    const probe = gateway.route(
+      resolved,
+      probing,
+      false,
+      (d) => new Promise<string>((r) => (answer = () => r(d.id))),
+    );
+    // A second call, routed while the probe waits for its answer, skips 'a' …
     const other = call();
     expect(await gateway.route(resolved, other, false, async (d) => d.id)).toBe('b');
     // … and a call that had been served by 'a' before its circuit opened ends now, broken.
@@ -124,7 +137,8 @@ describe('Gateway and half-open probes', () => {
     });
     gateway.observeEnd(straggler, 'stream_interrupted');
     expect(health.state('a')).toBe('half-open');
-    gateway.observeEnd(probing, 'ok');
+    answer('a');
+    expect(await probe).toBe('a');
     expect(health.state('a')).toBe('closed');
   });
 
