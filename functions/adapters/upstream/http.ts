@@ -239,15 +239,26 @@ const MAX_ERROR_BODY = 64 * 1024;
 
 /**
  * Classifies a non-2xx upstream response, reading (a bounded amount of) its OpenAI-style error body.
- * 4xx other than auth, 404 and 429 mean the request itself was refused: no other deployment will differ.
+ * 4xx other than auth, 404, 413 and 429 mean the request itself was refused: no other deployment will differ (but for
+ * what readBody reads otherwise).
  */
 export const statusFailure = async (response: UpstreamResponse): Promise<UpstreamFailure> => {
   const status = response.statusCode;
   const upstreamError = await readErrorBody(response);
   const read = upstreamError ? readBody(status, upstreamError) : null;
   if (read) return new UpstreamFailure(read.kind, read.detail, { status, upstreamError: read.error });
+  // A proxy's or gateway's limit on the request's size: another deployment's may be larger.
+  if (status === 413)
+    return new UpstreamFailure('unsupported', 'upstream status 413', {
+      status,
+      upstreamError: REQUEST_TOO_LARGE,
+    });
   let kind: FailureKind;
-  if (status === 429) kind = upstreamError?.code === 'engine_overloaded' ? 'overloaded' : 'rate_limited';
+  // Busy, said three ways: OpenAI's 429 engine_overloaded, a 503 with that code, and the 529 of Anthropic's API
+  // that proxies in front of it pass on. All-busy is then the client's 429 engine_overloaded (spec §7), not a 500.
+  if (status === 529 || ((status === 429 || status === 503) && upstreamError?.code === 'engine_overloaded'))
+    kind = 'overloaded';
+  else if (status === 429) kind = 'rate_limited';
   // 402: our account with the provider cannot pay — like a bad key, the deployment's fault, not the request's.
   else if (status === 401 || status === 402 || status === 403) kind = 'auth';
   else if (status >= 500 || status === 404 || status === 408 || status === 409) kind = 'server_error';
@@ -302,6 +313,7 @@ const DEPLOYMENT_CODES: ReadonlySet<string> = new Set(['model_decommissioned', '
  *   tools or parameters; another deployment may.
  * - 403 flagged by the provider's moderation: the request's content, which another deployment need not take either.
  * - 400 with a retired or unknown upstream model (by its code): the deployment's fault, not the request's.
+ * - 400 context_length_exceeded (by its code): too long for this deployment's window, which another's may exceed.
  * Messages are matched only where their words are the provider's own: an error message may quote the client's
  * request (a tool named "api-key" in an invalid schema), and a client must not be able to word its way into a
  * deployment's fault.
@@ -328,6 +340,10 @@ const readBody = (
     return { kind: 'rejected', detail: 'upstream status 403 (flagged by moderation)', error: FLAGGED };
   if (status === 400 && code !== null && DEPLOYMENT_CODES.has(code))
     return { kind: 'server_error', detail: `upstream status 400 (${code})`, error };
+  // Too long for this provider's window (smaller than the model's, or counted another way): a deployment with a
+  // larger one may serve it; when none can, the client gets this refusal (every attempt unsupported: fallback.ts).
+  if (status === 400 && code === 'context_length_exceeded')
+    return { kind: 'unsupported', detail: 'upstream status 400 (context_length_exceeded)', error };
   return null;
 };
 

@@ -151,20 +151,54 @@ describe('statusFailure: what an upstream error tells routing and the client', (
   };
 
   it('passes on a refusal of the request itself, which tells the client what to change', async () => {
-    const message =
-      "This model's maximum context length is 128000 tokens. Please reduce the length of the messages.";
+    const message = "Invalid value for 'response_format': expected an object.";
     const failure = await statusFailure(
       response(400, {
-        error: { message, type: 'invalid_request_error', code: 'context_length_exceeded', param: 'messages' },
+        error: { message, type: 'invalid_request_error', code: 'invalid_value', param: 'response_format' },
       }),
     );
     expect(failure.kind).toBe('rejected');
     expect(failure.upstreamError).toEqual({
       message,
       type: 'invalid_request_error',
+      code: 'invalid_value',
+      param: 'response_format',
+    });
+  });
+
+  it("takes a prompt too long for this provider's window as one another deployment may take, its words kept", async () => {
+    const message =
+      "This model's maximum context length is 128000 tokens. Please reduce the length of the messages.";
+    const error = {
+      message,
+      type: 'invalid_request_error',
       code: 'context_length_exceeded',
       param: 'messages',
-    });
+    };
+    const failure = await statusFailure(response(400, { error }));
+    expect(failure.kind).toBe('unsupported');
+    // What the client gets when every deployment says so.
+    expect(failure.upstreamError).toEqual(error);
+    // A proxy's size limit, JSON or not.
+    const tooLarge = await statusFailure(response(413, '<html>Request Entity Too Large</html>'));
+    expect(tooLarge.kind).toBe('unsupported');
+    expect(tooLarge.upstreamError).toMatchObject({ code: 'request_too_large' });
+  });
+
+  it('takes busy for busy however it is said: 429 or 503 engine_overloaded, and 529', async () => {
+    const busy = { error: { message: 'The engine is currently overloaded.', code: 'engine_overloaded' } };
+    expect((await statusFailure(response(429, busy))).kind).toBe('overloaded');
+    expect((await statusFailure(response(503, busy))).kind).toBe('overloaded');
+    expect((await statusFailure(response(529, { error: { message: 'Overloaded' } }))).kind).toBe(
+      'overloaded',
+    );
+    // Otherwise what the status says: a quota, a failure.
+    expect((await statusFailure(response(429, { error: { message: 'Slow down' } }))).kind).toBe(
+      'rate_limited',
+    );
+    expect((await statusFailure(response(503, { error: { message: 'Unavailable' } }))).kind).toBe(
+      'server_error',
+    );
   });
 
   it('masks keys, addresses and paths a verbose upstream puts in its message, and cuts it short', async () => {
