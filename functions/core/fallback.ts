@@ -145,8 +145,10 @@ export const withFallback = async <T>(
   let lastFailure: UpstreamFailure | null = null;
   // The soonest any busy deployment may take a call again, for the all-busy 429's Retry-After.
   let soonestMs = Number.POSITIVE_INFINITY;
-  for (const deployment of plan) {
+  for (const [place, deployment] of plan.entries()) {
     const { keys, fresh } = keyOrder(deployment, options);
+    // Attempts kept for the deployments after this one, one each: another key here must not spend them.
+    const after = plan.length - 1 - place;
     for (let k = 0; k < keys.length; k++) {
       const keyIndex = keys[k] as number;
       if (upstreamCalls >= options.maxAttempts) return exhausted(attempts, lastFailure, soonestMs);
@@ -183,6 +185,9 @@ export const withFallback = async <T>(
         // Without spec §7's cycling, one more key at most, and only one not known to fail: keys of one organisation
         // share its quota, and a stream must not spend its attempts on them before the next deployment.
         if (!options.cycleKeys && (k + 1 >= KEY_ONLY_TRIES || k + 1 >= fresh)) break;
+        // Cycling a deployment's keys (six of them, or three on each of two failing deployments) must not use up
+        // the budget before a healthy deployment further down the plan is tried at all.
+        if (upstreamCalls + after >= options.maxAttempts) break;
       }
     }
   }

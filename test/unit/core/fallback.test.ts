@@ -212,6 +212,21 @@ describe('withFallback', () => {
     expect(result).toBeInstanceOf(InvalidRequestError);
   });
 
+  it("keeps an attempt for each later deployment while cycling a failing one's keys", async () => {
+    const six = deployment({
+      id: 'six',
+      provider: 'p6',
+      keyRefs: ['env:K1', 'env:K2', 'env:K3', 'env:K4', 'env:K5', 'env:K6'],
+    });
+    const { calls, result } = await run((d) => (d.id === 'b' ? 'ok' : 'server_error'), {
+      plan: [six, a, b],
+      maxAttempts: 6,
+    });
+    // Four of six's keys, one of a's (its last allowed attempt), and b serves.
+    expect(calls).toEqual(['six#0', 'six#1', 'six#2', 'six#3', 'a#0', 'b#0']);
+    expect(result).toMatchObject({ deployment: b });
+  });
+
   it('never makes more than maxAttempts calls', async () => {
     const { calls, result } = await run(() => 'server_error', { maxAttempts: 2 });
     expect(calls).toHaveLength(2);
