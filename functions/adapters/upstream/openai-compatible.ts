@@ -1,4 +1,4 @@
-import { UpstreamFailure } from '#core/fallback.ts';
+import { type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
 import type {
   ChatCompletionResult,
   ChatProvider,
@@ -52,6 +52,14 @@ export class OpenAiCompatibleChat implements ChatProvider {
     return openWithinFirstByte(call, firstByteMs, 'first event', async (abort, release) => {
       const response = await this.#post({ ...call, signal: abort.signal }, firstByteMs);
       if (response.statusCode !== 200) throw await statusFailure(response);
+      // A whole reply to a stream request: an upstream that does not stream. No event would ever come, and three
+      // such "drops" in a row would open its circuit for the non-stream calls it serves well; another deployment may
+      // stream this one.
+      if (/^application\/json\b/i.test(String(response.headers['content-type'] ?? '')))
+        throw new UpstreamFailure('unsupported', 'upstream answered a stream request with a whole reply', {
+          status: 200,
+          upstreamError: DOES_NOT_STREAM,
+        });
       const events = sseData(response.body);
       let first = await events.next();
       // Empty keep-alive objects before the first chunk commit nothing: the first-byte timeout still runs.
@@ -79,6 +87,14 @@ export class OpenAiCompatibleChat implements ChatProvider {
     });
   }
 }
+
+/** What a stream request is told when none of its model's deployments streams. */
+const DOES_NOT_STREAM: UpstreamErrorBody = {
+  message: "This model's providers do not stream its replies. Send the request without `stream`.",
+  type: 'invalid_request_error',
+  code: 'unsupported_request',
+  param: 'stream',
+};
 
 /** Largest non-stream reply read; far above any real completion. */
 const MAX_REPLY_BYTES = 64 * 1024 * 1024;
