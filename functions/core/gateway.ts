@@ -14,7 +14,7 @@ import {
 import { type HealthBoard, NEUTRAL, type ProbeToken } from './health.ts';
 import type { Alarms, Clock, Random, Warn } from './ports.ts';
 import type { Catalog, Deployment, ModelKind, Resolved } from './registry.ts';
-import { planRoute } from './routing.ts';
+import { planRoute, unroutable } from './routing.ts';
 import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
 
 /** `BilledCall.discard` when a call's route produces nothing to release: one function for every call. */
@@ -166,6 +166,9 @@ export class Gateway {
   async admitAndRoute<T>(billed: BilledCall<T>): Promise<T> {
     const { request, resolved, call, cycleKeys, attempt, discard = keepAll } = billed;
     const { admission, clock } = this.#deps;
+    // A model none of whose deployments may take a call now is refused before admission charges the client's limits.
+    const refused = unroutable(resolved.deployments, this.#deps.health);
+    if (refused) throw refused;
     if (!admission || !call.principal || !admission.expects(call.principal, request)) {
       await this.#admit(request, call);
       return this.route(resolved, call, cycleKeys, attempt);

@@ -246,12 +246,18 @@ export class HealthBoard implements KeyMemory {
    * died without a word) is given up after a cool-down, and its token then settles nothing.
    */
   claimProbe(deploymentId: string): ProbeToken | null {
-    if (this.state(deploymentId) !== 'half-open') return null;
+    if (!this.probeFree(deploymentId)) return null;
     const circuit = this.#circuit(deploymentId);
     const now = this.#clock.now();
-    if (circuit.probe !== null && now - circuit.probe.at < circuit.cooldownMs) return null;
     circuit.probe = { token: ++this.#lastProbe, at: now };
     return circuit.probe.token;
+  }
+
+  /** Whether a half-open deployment's probe is free for a request to claim (claimProbe would give one). */
+  probeFree(deploymentId: string): boolean {
+    const circuit = this.#circuits.get(deploymentId);
+    if (!circuit || this.state(deploymentId) !== 'half-open') return false;
+    return circuit.probe === null || this.#clock.now() - circuit.probe.at >= circuit.cooldownMs;
   }
 
   /** Closed, but failing more than a little or much slower than the model's fastest deployment. */

@@ -52,16 +52,39 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
   }
   const plan = [...probing, ...byPriority(healthy, random), ...byPriority(degraded, random)];
   if (plan.length > 0) return { deployments: plan, probes };
+  throw noDeploymentNow(model, deployments, health);
+};
+
+/**
+ * The refusal a request for these deployments gets now, before anything is tried — none may take a call (weight 0,
+ * or every circuit open and no probe free) — or null. Asked before admission, so that a call the platform cannot
+ * serve costs the client none of its rate limits: an SDK retrying through an outage would otherwise spend the
+ * account's minute, and its day, on our failure. Claims no probe.
+ */
+export const unroutable = (listed: readonly Deployment[], health?: HealthBoard): Error | null => {
+  const deployments = listed.filter((d) => d.weight > 0);
+  const model = listed[0]?.model ?? 'this model';
+  if (deployments.length === 0)
+    return new ServiceUnavailableError(`No deployment of \`${model}\` is available right now.`);
+  if (!health) return null;
+  for (const d of deployments) {
+    const state = health.state(d.id);
+    if (state === 'closed' || (state === 'half-open' && health.probeFree(d.id))) return null;
+  }
+  return noDeploymentNow(model, deployments, health);
+};
+
+const noDeploymentNow = (model: string, deployments: readonly Deployment[], health: HealthBoard): Error => {
   // When a request may next find a deployment to try: the earliest half-open. SDKs retry on Retry-After, and a
   // hint of 1 s for a 15 s cool-down (up to 5 min after failed probes) spends their retries in vain.
   const waitMs = Math.max(1, Math.min(...deployments.map((d) => health.reopensInMs(d.id))));
   const retry = retryAfterHeaders(waitMs);
   if (deployments.every((d) => health.reason(d.id) === 'overloaded')) {
-    throw new EngineOverloadedError({ headers: retry });
+    return new EngineOverloadedError({ headers: retry });
   }
   // Every upstream of this model is failing: a fault of the model (its row and uptime in the usage report),
   // counted towards the platform error rate, not an incident by itself as an empty registry is.
-  throw new ServiceUnavailableError(
+  return new ServiceUnavailableError(
     `No deployment of \`${model}\` is available right now: every upstream is failing. Please retry shortly.`,
     undefined,
     'circuits_open',

@@ -351,6 +351,21 @@ describe('admission beside routing', () => {
     expect(health.state('a')).toBe('closed');
   });
 
+  it("refuses a call none of whose deployments may take it before admission: the outage costs none of the client's limits", async () => {
+    const { admitAndRoute, health, call, later, clock, upstream } = setup();
+    later(false); // a store asked would leave the call pending
+    for (let i = 0; i < TEST_HEALTH_POLICY.failureRun; i++) health.record('a', 'server_error', 1);
+    expect(health.state('a')).toBe('open');
+    const c = call();
+    await expect(admitAndRoute(c, async () => 'never')).rejects.toBeInstanceOf(ServiceUnavailableError);
+    expect(upstream).toEqual([]);
+    expect(c.admission).toBeNull(); // no hold, no bucket charge: the store was not asked
+    // Half-open with its probe free: admitted and routed as usual.
+    clock.advance(TEST_HEALTH_POLICY.cooldownMs);
+    later(true);
+    expect(await admitAndRoute(call(), async () => 'probed')).toBe('probed');
+  });
+
   it('keeps the store doubted until an admission asked after its failure passes, and not for one account’s contention', async () => {
     const { admitAndRoute, call, serve, upstream, warm, answer, later, clock, refusedBy } = setup();
     await warm();
