@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { type Deployment, type Model, type ModelKind, RATE_NAMES } from '#core/registry.ts';
+import { PSEUDO_GROUPS } from '#core/usage-aggregates.ts';
 import { deploymentSchema, formatPath, issueList, modelSchema } from './registry-codec.ts';
 
 /**
@@ -265,6 +266,9 @@ const onPicoGrid = (usd: number, kind: ModelKind): boolean => {
 };
 
 const checkModel = (m: Model, error: (field: string, message: string) => void) => {
+  // Its faults would merge into the pseudo-group's rows of the usage report, or vanish with the callers' errors.
+  if (PSEUDO_GROUPS.has(m.id))
+    error('id', `"${m.id}" is one of the usage report's pseudo-groups (${[...PSEUDO_GROUPS].join(', ')})`);
   const rates = RATE_NAMES.filter((name) => m.rates[name] !== undefined);
   if (m.flags.free) {
     for (const name of rates) {

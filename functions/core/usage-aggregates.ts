@@ -55,6 +55,9 @@ const PLATFORM_FAULTS: ReadonlySet<Outcome> = new Set([
 const isRegistryEmpty = (record: SettlementRecord): boolean =>
   record.outcome === 'unavailable' && record.fault?.kind === 'registry_empty';
 
+/** The error funnel's pseudo-groups (spec §2.6), beside model ids: no model may be named as one. */
+export const PSEUDO_GROUPS: ReadonlySet<string> = new Set(['platform', 'incident', 'agent-error']);
+
 /**
  * Where a non-success lands in the error funnel: the caller's mistakes and tier refusals under `agent-error`
  * (counted apart from downtime, spec §7), 503s of an empty registry under `incident`, the accounting store's 503s,

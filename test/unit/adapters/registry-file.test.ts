@@ -286,6 +286,15 @@ describe('registry file', () => {
     ]);
   });
 
+  it("refuses a model named as one of the usage report's pseudo-groups", () => {
+    const input = { models: [chat('agent-error'), chat('platform'), chat('incident'), chat('platform-1')] };
+    expect(issues(input)).toEqual([
+      'models[0].id: "agent-error" is one of the usage report\'s pseudo-groups (platform, incident, agent-error)',
+      'models[1].id: "platform" is one of the usage report\'s pseudo-groups (platform, incident, agent-error)',
+      'models[2].id: "incident" is one of the usage report\'s pseudo-groups (platform, incident, agent-error)',
+    ]);
+  });
+
   it('refuses a rate finer than the pico-dollar a call is billed in', () => {
     const input = {
       models: [
