@@ -19,9 +19,17 @@ import { sseData, UpstreamEvents } from './sse.ts';
  */
 export class OpenAiCompatibleChat implements ChatProvider {
   readonly #http: OpenAiHttp;
+  /**
+   * Deployments that answered a stream request with a whole reply lately (id → until when, ms): their stream calls
+   * are not made again for a while. Each would cost a whole generation, billed to us and thrown away, and health
+   * ignores a deployment that cannot serve a request.
+   */
+  readonly #notStreaming = new Map<string, number>();
+  readonly #now: () => number;
 
-  constructor(http: OpenAiHttp) {
+  constructor(http: OpenAiHttp, now: () => number = Date.now) {
     this.#http = http;
+    this.#now = now;
   }
 
   async complete(call: UpstreamCall): Promise<ChatCompletionResult> {
@@ -48,22 +56,27 @@ export class OpenAiCompatibleChat implements ChatProvider {
   }
 
   stream(call: UpstreamCall): Promise<ChatStream> {
+    const id = call.deployment.id;
+    const until = this.#notStreaming.get(id);
+    if (until !== undefined) {
+      if (until > this.#now()) return Promise.reject(doesNotStream('did not stream lately: not asked'));
+      this.#notStreaming.delete(id);
+    }
     const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
     return openWithinFirstByte(call, firstByteMs, 'first event', async (abort, release) => {
       const response = await this.#post({ ...call, signal: abort.signal }, firstByteMs);
       if (response.statusCode !== 200) throw await statusFailure(response);
-      // A whole reply to a stream request: an upstream that does not stream. No event would ever come, and three
-      // such "drops" in a row would open its circuit for the non-stream calls it serves well; another deployment may
-      // stream this one.
-      if (/^application\/json\b/i.test(String(response.headers['content-type'] ?? '')))
-        throw new UpstreamFailure('unsupported', 'upstream answered a stream request with a whole reply', {
-          status: 200,
-          upstreamError: DOES_NOT_STREAM,
-        });
       const events = sseData(response.body);
       let first = await events.next();
       // Empty keep-alive objects before the first chunk commit nothing: the first-byte timeout still runs.
       while (!first.done && EMPTY_OBJECT.test(first.value)) first = await events.next();
+      // No event at all in a JSON response: a whole reply, from an upstream that does not stream (by its body, not
+      // its label: some servers label real event streams application/json). Not a drop — three in a row would open
+      // its circuit for the non-stream calls it serves well — but a request this deployment cannot serve.
+      if (first.done && /^application\/json\b/i.test(String(response.headers['content-type'] ?? ''))) {
+        this.#notStreaming.set(id, this.#now() + NOT_STREAMING_MS);
+        throw doesNotStream('answered a stream request with a whole reply', 200);
+      }
       if (first.done || first.value === '[DONE]') {
         throw new UpstreamFailure('dropped', 'upstream stream ended before its first event');
       }
@@ -95,6 +108,16 @@ const DOES_NOT_STREAM: UpstreamErrorBody = {
   code: 'unsupported_request',
   param: 'stream',
 };
+
+/** How long a deployment that answered a stream request with a whole reply is not asked to stream again. */
+const NOT_STREAMING_MS = 10 * 60_000;
+
+/** A deployment that does not stream; `status` when this attempt reached it (counted against the call's attempts). */
+const doesNotStream = (detail: string, status?: number): UpstreamFailure =>
+  new UpstreamFailure('unsupported', `upstream ${detail}`, {
+    ...(status === undefined ? {} : { status }),
+    upstreamError: DOES_NOT_STREAM,
+  });
 
 /** Largest non-stream reply read; far above any real completion. */
 const MAX_REPLY_BYTES = 64 * 1024 * 1024;
