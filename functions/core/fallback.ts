@@ -12,11 +12,12 @@ import type { Deployment } from './registry.ts';
 /**
  * How an upstream call failed, as far as routing is concerned.
  * - `connect`, `dropped`, `timeout`: the transport failed (refused, reset, no first byte in time).
- * - `overloaded`: 429 `engine_overloaded`; `rate_limited`: any other 429 (our key's quota).
+ * - `overloaded`: busy — 429 or 503 `engine_overloaded`, 529; `rate_limited`: any other 429 (our key's quota).
  * - `server_error`: 5xx; `auth`: 401/403 (our key is bad); `protocol`: unparseable reply.
  * - `rejected`: the upstream refused the request itself (other 4xx); no other deployment will do better.
- * - `unsupported`: this deployment's protocol cannot express the request (e.g. `n` > 1 on Anthropic); another
- *   deployment may, so routing moves on. Only when none can does the client get the 400.
+ * - `unsupported`: this deployment cannot serve the request — its protocol cannot express it (e.g. `n` > 1 on
+ *   Anthropic), it is too long for its window, or it does not stream; another deployment may, so routing moves on.
+ *   Only when none can does the client get the 400.
  */
 export type FailureKind =
   | 'connect'
@@ -185,9 +186,10 @@ export const withFallback = async <T>(
         // Without spec §7's cycling, one more key at most, and only one not known to fail: keys of one organisation
         // share its quota, and a stream must not spend its attempts on them before the next deployment.
         if (!options.cycleKeys && (k + 1 >= KEY_ONLY_TRIES || k + 1 >= fresh)) break;
-        // Cycling a deployment's keys (six of them, or three on each of two failing deployments) must not use up
-        // the budget before a healthy deployment further down the plan is tried at all.
-        if (upstreamCalls + after >= options.maxAttempts) break;
+        // Cycling a deployment's keys on its own faults (six keys, or three on each of two failing deployments) must
+        // not use up the budget before a healthy deployment further down the plan is tried at all. A fault of the key
+        // alone is another matter: the next key is the likeliest to serve.
+        if (!KEY_ONLY_FAULTS.has(error.kind) && upstreamCalls + after >= options.maxAttempts) break;
       }
     }
   }

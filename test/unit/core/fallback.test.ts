@@ -225,6 +225,12 @@ describe('withFallback', () => {
     // Four of six's keys, one of a's (its last allowed attempt), and b serves.
     expect(calls).toEqual(['six#0', 'six#1', 'six#2', 'six#3', 'a#0', 'b#0']);
     expect(result).toMatchObject({ deployment: b });
+    // A key refused on its own is another matter: the next key is tried whatever comes after.
+    const refused = await run((d, k) => (d.id === 'a' && k === 0 ? 'auth' : 'ok'), {
+      plan: [a, six, b],
+      maxAttempts: 3,
+    });
+    expect(refused.calls).toEqual(['a#0', 'a#1']);
   });
 
   it('never makes more than maxAttempts calls', async () => {
