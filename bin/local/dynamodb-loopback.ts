@@ -24,6 +24,15 @@ export const loopbackLauncher = async (
   cacheRoot: string,
   java = 'java',
 ): Promise<LoopbackLauncher> => {
+  try {
+    return await build(jar, cacheRoot, java);
+  } catch (error) {
+    // A cache it cannot write (a read-only checkout), say: the stock main class still serves.
+    return { unavailable: `it could not be built: ${(error as Error).message}` };
+  }
+};
+
+const build = async (jar: string, cacheRoot: string, java: string): Promise<LoopbackLauncher> => {
   const key = createHash('sha256').update(readFileSync(SOURCE)).update('\0').update(jar).digest('hex');
   const classDir = join(cacheRoot, key.slice(0, 16));
   const built = join(classDir, `${LAUNCHER_CLASS}.class`);
@@ -32,10 +41,13 @@ export const loopbackLauncher = async (
   // Built aside and moved into place whole: stacks starting together (test workers) may all build it.
   const building = mkdtempSync(join(cacheRoot, 'building-'));
   try {
-    // The compiler module rather than `javac`, which Debian ships only with the JDK's binaries.
+    // The compiler module rather than `javac`, which Debian ships only with the JDK's binaries; for Java 17, the
+    // oldest DynamoDB Local runs on, whichever JDK builds it (a later `java` on the PATH still loads it).
     const compile = await run(java, [
       '-m',
       'jdk.compiler/com.sun.tools.javac.Main',
+      '--release',
+      '17',
       '-nowarn',
       '-cp',
       jar,

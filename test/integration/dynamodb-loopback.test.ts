@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
@@ -63,6 +63,14 @@ describe('the loopback launcher', () => {
       '1',
     ]);
     expect(() => launchedOnLoopback(['-cp', 'x', 'Main'], '/c')).toThrow(/no -jar/);
+  });
+
+  it('says why, rather than fail the start, when its cache cannot be written', async () => {
+    const file = join(cache, 'a-file');
+    writeFileSync(file, '');
+    expect(await loopbackLauncher('/nowhere/DynamoDBLocal.jar', join(file, 'cache'))).toEqual({
+      unavailable: expect.stringContaining('could not be built'),
+    });
   });
 
   it('says why it could not be built, and builds nothing, when its compiler cannot run', async () => {
