@@ -20,13 +20,13 @@ import { type SettlementRecord, tokenCorrectionOf } from './settlement.ts';
 /** `BilledCall.discard` when a call's route produces nothing to release: one function for every call. */
 const keepAll = (): void => {};
 
+/** A probe whose answer closed its circuit (health's tokens start at 1). */
+const ANSWERED: ProbeToken = 0;
+
 /**
  * Whether an attempt's time is its time to a first byte — a stream's, or speech's (it answers as its first audio
  * arrives) — rather than a whole reply's, whose length the client's request decides.
  */
-/** A probe whose answer closed its circuit (health's tokens start at 1). */
-const ANSWERED: ProbeToken = 0;
-
 const timesFirstByte = (call: CallRecorder): boolean => call.stream || call.endpoint === 'audio.speech';
 
 /** A billed call, as `Gateway.admitAndRoute` takes it. */

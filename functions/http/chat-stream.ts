@@ -98,7 +98,9 @@ class StreamTally {
    * stream began (its cached part at the cached rate) — else our estimate of it.
    */
   estimate(): Usage {
-    const prompt = this.#promptReport();
+    // A count of 0 is none: a proxy that reports the input side only at the end may send zeros first.
+    const reported = this.#promptReport();
+    const prompt = reported !== null && reported.promptTokens > 0 ? reported : null;
     const counted: Usage = {
       promptTokens: prompt?.promptTokens ?? this.#prepared.promptTokens,
       completionTokens: this.#outputTokens(),

@@ -251,7 +251,7 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
   if (status === 413)
     return new UpstreamFailure('unsupported', 'upstream status 413', {
       status,
-      upstreamError: REQUEST_TOO_LARGE,
+      upstreamError: TOO_LARGE_TO_SEND,
     });
   let kind: FailureKind;
   // Busy, said three ways: OpenAI's 429 engine_overloaded, a 503 with that code, and the 529 of Anthropic's API
@@ -279,6 +279,14 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
 export const REQUEST_TOO_LARGE: UpstreamErrorBody = {
   message:
     "The request is larger than this model's providers accept in one call. Shorten the messages or lower max_tokens.",
+  type: 'invalid_request_error',
+  code: 'request_too_large',
+  param: null,
+};
+
+/** …when every deployment's provider refused the request's size (413: a proxy's limit; any endpoint). */
+const TOO_LARGE_TO_SEND: UpstreamErrorBody = {
+  message: "The request is larger than this model's providers accept. Send less in one request.",
   type: 'invalid_request_error',
   code: 'request_too_large',
   param: null,

@@ -217,6 +217,25 @@ describe('an Anthropic stream billed on our count', () => {
     );
   });
 
+  it('takes a prompt count of 0 from message_start for none (a proxy reporting the input side only at the end)', async () => {
+    const translator = new MessagesStreamTranslator({
+      publicModel: 'famA-test',
+      created: 0,
+      clientWantsUsage: false,
+    });
+    const events = [
+      { type: 'message_start', message: { id: 'msg_1', usage: { input_tokens: 0, output_tokens: 0 } } },
+      { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'Hi' } },
+    ].flatMap((event) => translator.translate(JSON.stringify(event)));
+    const upstream = Object.assign(stallingUpstream(events), { promptUsage: () => translator.promptUsage });
+    const chat = prepared();
+    const call = new CallRecorder('chat.completions', 'req_zero', { now: () => Date.now() });
+    for await (const _ of chatEventStream(upstream, chat, call, wordCounter)) {
+      // read to the end: no final report
+    }
+    expect(call.settlement().usage?.promptTokens).toBe(chat.promptTokens);
+  });
+
   it('holds a prompt count from message_start to the prompt ceiling, as a final report would be', async () => {
     const translator = new MessagesStreamTranslator({
       publicModel: 'famA-test',
