@@ -21,7 +21,8 @@
  *   registry …, models …, deployments …         the model registry: see admin/registry-commands.ts and
  *                                               docs/registry.md
  *
- * Exit status: 0 done, 2 a wrong command line, 75 the store unreachable or busy (run it again), 1 any other failure
+ * Exit status: 0 done, 2 a wrong command line or a value in it refused, 75 the store unreachable or busy (run it
+ * again), 1 any other failure
  * (admin/exit-status.ts).
  *
  * Target: the stack `npm start` is running (found through .local/stack.json), or the tables named by

@@ -59,8 +59,11 @@ const COMMANDS: Readonly<Record<string, CommandSpec>> = {
   'deployments retire': { args: 1 },
 };
 
-/** How long the gateway may serve the old registry: its snapshot's refresh period (REGISTRY_REFRESH_MS). */
-const VISIBILITY_NOTE = 'the gateway sees the change within REGISTRY_REFRESH_MS (default 15 s)';
+/**
+ * How long the gateway may serve the old registry: twice its snapshot's refresh period (REGISTRY_REFRESH_MS), as it
+ * serves the snapshot while a refresh runs (dynamo-registry.ts).
+ */
+const VISIBILITY_NOTE = 'the gateway sees the change within twice REGISTRY_REFRESH_MS (30 s by default)';
 
 interface Target {
   readonly client: DynamoDBClientConfig;
