@@ -24,8 +24,7 @@ const NO_PROBES: ReadonlyMap<string, ProbeToken> = new Map();
 export const planRoute = (listed: readonly Deployment[], random: Random, health?: HealthBoard): RoutePlan => {
   const model = listed[0]?.model ?? 'this model';
   const deployments = listed.filter((d) => d.weight > 0);
-  if (deployments.length === 0)
-    throw new ServiceUnavailableError(`No deployment of \`${model}\` is available right now.`);
+  if (deployments.length === 0) throw noneConfigured(model);
   if (!health) return { deployments: byPriority(deployments, random), probes: NO_PROBES };
   const probing: Deployment[] = [];
   const probes = new Map<string, ProbeToken>();
@@ -64,8 +63,7 @@ export const planRoute = (listed: readonly Deployment[], random: Random, health?
 export const unroutable = (listed: readonly Deployment[], health?: HealthBoard): Error | null => {
   const deployments = listed.filter((d) => d.weight > 0);
   const model = listed[0]?.model ?? 'this model';
-  if (deployments.length === 0)
-    return new ServiceUnavailableError(`No deployment of \`${model}\` is available right now.`);
+  if (deployments.length === 0) return noneConfigured(model);
   if (!health) return null;
   for (const d of deployments) {
     const state = health.state(d.id);
@@ -73,6 +71,10 @@ export const unroutable = (listed: readonly Deployment[], health?: HealthBoard):
   }
   return noDeploymentNow(model, deployments, health);
 };
+
+/** A model with no deployment to route to at all (none listed, or every one drained to weight 0). */
+const noneConfigured = (model: string): Error =>
+  new ServiceUnavailableError(`No deployment of \`${model}\` is available right now.`);
 
 const noDeploymentNow = (model: string, deployments: readonly Deployment[], health: HealthBoard): Error => {
   // When a request may next find a deployment to try: the earliest half-open. SDKs retry on Retry-After, and a

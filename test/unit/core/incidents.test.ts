@@ -4,6 +4,16 @@ import { DEFAULT_INCIDENT_RULE, detectIncidents, type MinuteCounts } from '#core
 const T0 = Date.UTC(2026, 10, 22, 12, 0);
 const MIN = 60_000;
 
+/** A resolved incident down from minute `from` to minute `to` (after T0), every minute between down. */
+const resolved = (name: string, severity: 'MINOR' | 'MAJOR', from: number, to: number) => ({
+  name,
+  severity,
+  status: 'RESOLVED',
+  start: T0 + from * MIN,
+  end: T0 + to * MIN,
+  downtimeMinutes: to - from,
+});
+
 /** Minute `i` after T0 with these counts. */
 const minute = (i: number, requests: number, serverErrors = 0, noEligible = 0): MinuteCounts => ({
   at: T0 + i * MIN,
@@ -20,14 +30,7 @@ describe('detectIncidents', () => {
   it('opens an incident when 5xx reach half of the window’s calls, with at least three of them', () => {
     const [incident, ...rest] = detectIncidents([minute(10, 6, 4)], T0 + 40 * MIN);
     expect(rest).toEqual([]);
-    expect(incident).toEqual({
-      name: 'Elevated error rate: 67% of calls failed',
-      severity: 'MINOR',
-      status: 'RESOLVED',
-      start: T0 + 10 * MIN,
-      end: T0 + 11 * MIN,
-      downtimeMinutes: 1,
-    });
+    expect(incident).toEqual(resolved('Elevated error rate: 67% of calls failed', 'MINOR', 10, 11));
   });
 
   it('measures the rate over the sliding window, so earlier healthy minutes dilute it', () => {
@@ -51,14 +54,7 @@ describe('detectIncidents', () => {
 
   it('makes any minute with a no-eligible-model 503 down, MAJOR, whatever the rate', () => {
     const [incident] = detectIncidents([minute(20, 100, 0, 1)], T0 + 40 * MIN);
-    expect(incident).toEqual({
-      name: 'Service unavailable: no eligible model (503)',
-      severity: 'MAJOR',
-      status: 'RESOLVED',
-      start: T0 + 20 * MIN,
-      end: T0 + 21 * MIN,
-      downtimeMinutes: 1,
-    });
+    expect(incident).toEqual(resolved('Service unavailable: no eligible model (503)', 'MAJOR', 20, 21));
   });
 
   it('is MAJOR when every call of a minute failed', () => {
@@ -141,14 +137,7 @@ describe('detectIncidents with the uptime probe’s failed checks', () => {
       T0 + 40 * MIN,
     );
     expect(rest).toEqual([]);
-    expect(incident).toEqual({
-      name: 'Service unreachable: every uptime check failed',
-      severity: 'MAJOR',
-      status: 'RESOLVED',
-      start: T0 + 12 * MIN,
-      end: T0 + 14 * MIN,
-      downtimeMinutes: 2,
-    });
+    expect(incident).toEqual(resolved('Service unreachable: every uptime check failed', 'MAJOR', 12, 14));
   });
 
   it('takes a round or two lost to a blip for no outage', () => {
@@ -165,14 +154,9 @@ describe('detectIncidents with the uptime probe’s failed checks', () => {
     const busy = [10, 11, 12, 13].map((i) => probed(i, 0b1, 100));
     const [incident, ...rest] = detectIncidents(busy, T0 + 40 * MIN);
     expect(rest).toEqual([]);
-    expect(incident).toEqual({
-      name: 'Partial outage: an endpoint failed its uptime checks',
-      severity: 'MINOR',
-      status: 'RESOLVED',
-      start: T0 + 12 * MIN,
-      end: T0 + 14 * MIN,
-      downtimeMinutes: 2,
-    });
+    expect(incident).toEqual(
+      resolved('Partial outage: an endpoint failed its uptime checks', 'MINOR', 12, 14),
+    );
     // Three of five rounds are enough; they need not be in a row.
     expect(detectIncidents([probed(10, 0b1), probed(12, 0b1), probed(14, 0b1)], T0 + 40 * MIN)).toEqual([
       expect.objectContaining({ start: T0 + 14 * MIN, downtimeMinutes: 1, severity: 'MINOR' }),

@@ -145,44 +145,53 @@ describe('a stream billed on our count', () => {
   });
 });
 
+/**
+ * An upstream that sends these Anthropic events through the Messages translation, then ends (or, with `stall`, waits
+ * as a model still working does), and tells the relay the prompt side of the usage reported so far, as the adapter's
+ * stream does.
+ */
+const anthropicUpstream = (events: readonly object[], stall = false): ChatStream => {
+  const translator = new MessagesStreamTranslator({
+    publicModel: 'famA-test',
+    created: 0,
+    clientWantsUsage: false,
+  });
+  const chunks = events.flatMap((event) => translator.translate(JSON.stringify(event)));
+  const upstream = stallingUpstream(chunks, stall ? chunks.length : undefined);
+  return Object.assign(upstream, { promptUsage: () => translator.promptUsage });
+};
+
+const delta = (type: 'text_delta' | 'thinking_delta', text: string) => ({
+  type: 'content_block_delta',
+  index: 0,
+  delta: type === 'text_delta' ? { type, text } : { type, thinking: text },
+});
+
+/** The call's settlement once the relay of `upstream` has been read to its end. */
+const settledAfterReading = async (upstream: ChatStream, chat = prepared()) => {
+  const call = new CallRecorder('chat.completions', 'req_anthropic', { now: () => Date.now() });
+  for await (const _ of chatEventStream(upstream, chat, call, wordCounter)) {
+    // read to the end: no final report
+  }
+  return call.settlement();
+};
+
 describe('an Anthropic stream billed on our count', () => {
   it('counts the thinking it relayed (Anthropic bills thinking as output)', async () => {
-    const translator = new MessagesStreamTranslator({
-      publicModel: 'famA-test',
-      created: 0,
-      clientWantsUsage: false,
-    });
-    const thinking = (text: string) => ({
-      type: 'content_block_delta',
-      index: 0,
-      delta: { type: 'thinking_delta', thinking: text },
-    });
     // The thinking, then the stream ends with no usage report (as our relay sees a cut one).
-    const events = [
+    const upstream = anthropicUpstream([
       { type: 'message_start', message: { id: 'msg_1' } },
       { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } },
-      thinking('The user wants a short answer,'),
-      thinking(' so I keep it brief.\n'),
-    ].flatMap((event) => translator.translate(JSON.stringify(event)));
-    const call = new CallRecorder('chat.completions', 'req_thinking', { now: () => Date.now() });
-    for await (const _ of chatEventStream(stallingUpstream(events), prepared(), call, wordCounter)) {
-      // read to the end
-    }
+      delta('thinking_delta', 'The user wants a short answer,'),
+      delta('thinking_delta', ' so I keep it brief.\n'),
+    ]);
     // 6 + 5 words of thinking.
-    expect(call.settlement()).toMatchObject({ usage: { completionTokens: 11, source: 'estimated' } });
+    expect(await settledAfterReading(upstream)).toMatchObject({
+      usage: { completionTokens: 11, source: 'estimated' },
+    });
   });
 
   it('bills a client that leaves before the final report the prompt as message_start counted it, cache reads cached', async () => {
-    const translator = new MessagesStreamTranslator({
-      publicModel: 'famA-test',
-      created: 0,
-      clientWantsUsage: false,
-    });
-    const text = (words: string) => ({
-      type: 'content_block_delta',
-      index: 0,
-      delta: { type: 'text_delta', text: words },
-    });
     // Anthropic's input side up front: 3 new tokens, 900 read from the cache, 100 written to it.
     const usage = {
       input_tokens: 3,
@@ -193,12 +202,11 @@ describe('an Anthropic stream billed on our count', () => {
     const events = [
       { type: 'message_start', message: { id: 'msg_1', usage } },
       { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
-      text('Here are four words'),
-      text(' and then more.'),
-    ].flatMap((event) => translator.translate(JSON.stringify(event)));
-    const upstream = Object.assign(stallingUpstream(events, events.length), {
-      promptUsage: () => translator.promptUsage,
-    });
+      delta('text_delta', 'Here are four words'),
+      delta('text_delta', ' and then more.'),
+    ];
+    // Then the model works on while the client leaves.
+    const upstream = anthropicUpstream(events, true);
     // Our estimate of this prompt would be a handful of tokens, none of them cached.
     const chat = prepared();
     expect(chat.promptTokens).toBeLessThan(20);
@@ -218,43 +226,23 @@ describe('an Anthropic stream billed on our count', () => {
   });
 
   it('takes a prompt count of 0 from message_start for none (a proxy reporting the input side only at the end)', async () => {
-    const translator = new MessagesStreamTranslator({
-      publicModel: 'famA-test',
-      created: 0,
-      clientWantsUsage: false,
-    });
-    const events = [
+    const chat = prepared();
+    const upstream = anthropicUpstream([
       { type: 'message_start', message: { id: 'msg_1', usage: { input_tokens: 0, output_tokens: 0 } } },
       { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'Hi' } },
-    ].flatMap((event) => translator.translate(JSON.stringify(event)));
-    const upstream = Object.assign(stallingUpstream(events), { promptUsage: () => translator.promptUsage });
-    const chat = prepared();
-    const call = new CallRecorder('chat.completions', 'req_zero', { now: () => Date.now() });
-    for await (const _ of chatEventStream(upstream, chat, call, wordCounter)) {
-      // read to the end: no final report
-    }
-    expect(call.settlement().usage?.promptTokens).toBe(chat.promptTokens);
+    ]);
+    expect((await settledAfterReading(upstream, chat)).usage?.promptTokens).toBe(chat.promptTokens);
   });
 
   it('holds a prompt count from message_start to the prompt ceiling, as a final report would be', async () => {
-    const translator = new MessagesStreamTranslator({
-      publicModel: 'famA-test',
-      created: 0,
-      clientWantsUsage: false,
-    });
-    const events = [
+    const chat = prepared();
+    const upstream = anthropicUpstream([
       {
         type: 'message_start',
         message: { id: 'msg_1', usage: { input_tokens: 50_000_000, output_tokens: 1 } },
       },
       { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'Hi' } },
-    ].flatMap((event) => translator.translate(JSON.stringify(event)));
-    const upstream = Object.assign(stallingUpstream(events), { promptUsage: () => translator.promptUsage });
-    const chat = prepared();
-    const call = new CallRecorder('chat.completions', 'req_ceiling', { now: () => Date.now() });
-    for await (const _ of chatEventStream(upstream, chat, call, wordCounter)) {
-      // read to the end: no final report
-    }
-    expect(call.settlement().usage?.promptTokens).toBe(promptCeiling(chat));
+    ]);
+    expect((await settledAfterReading(upstream, chat)).usage?.promptTokens).toBe(promptCeiling(chat));
   });
 });
