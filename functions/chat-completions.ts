@@ -83,7 +83,14 @@ export const createHandler = (container: () => Container) =>
       stream = await c.gateway.admitAndRoute({
         ...billed,
         cycleKeys: false,
-        attempt: (d, k, signal) => c.provider(d.adapter, 'chat').stream(upstream(d, k, signal)),
+        attempt: (d, k, signal) =>
+          c
+            .provider(d.adapter, 'chat')
+            .stream(upstream(d, k, signal))
+            .then((opened) => {
+              call.wholeReply = opened.whole === true;
+              return opened;
+            }),
         discard: (opened) => opened.close(),
       });
     } catch (error) {

@@ -30,6 +30,11 @@ export class CallRecorder {
   model: Model | null = null;
   deployment: Deployment | null = null;
   stream = false;
+  /**
+   * The served stream was made from a whole reply (ChatStream.whole): its time to the first byte is the generation's,
+   * as a non-stream call's is.
+   */
+  wholeReply = false;
   admission: AdmissionRef | null = null;
   /** `x-ratelimit-*` headers from admission, for whatever response the call ends with. */
   limitHeaders: Record<string, string> = {};

@@ -24,10 +24,13 @@ const keepAll = (): void => {};
 const ANSWERED: ProbeToken = 0;
 
 /**
- * Whether an attempt's time is its time to a first byte — a stream's, or speech's (it answers as its first audio
- * arrives) — rather than a whole reply's, whose length the client's request decides.
+ * Whether a call's attempts are timed to a first byte — a stream's, or speech's (it answers as its first audio
+ * arrives) — rather than to a whole reply, whose length the client's request decides.
  */
 const timesFirstByte = (call: CallRecorder): boolean => call.stream || call.endpoint === 'audio.speech';
+
+/** Whether the served attempt's time was its first byte's: not for a stream made from a whole reply. */
+const servedFirstByte = (call: CallRecorder): boolean => timesFirstByte(call) && !call.wholeReply;
 
 /** A billed call, as `Gateway.admitAndRoute` takes it. */
 export interface BilledCall<T> {
@@ -271,7 +274,7 @@ export class Gateway {
         health.record(
           served.deployment.id,
           'ok',
-          timesFirstByte(call) ? (answered?.ms ?? null) : null,
+          servedFirstByte(call) ? (answered?.ms ?? null) : null,
           probe,
         );
         this.#probes.set(call, new Map(probes).set(served.deployment.id, ANSWERED));
@@ -334,7 +337,7 @@ export class Gateway {
     const probe = this.#probes.get(call)?.get(served.deployment) ?? null;
     // A non-stream reply's time is its whole generation's, which the client's request decides: not the
     // deployment's latency (health.ts `record`).
-    const firstByteMs = timesFirstByte(call) ? served.ms : null;
+    const firstByteMs = servedFirstByte(call) ? served.ms : null;
     const broke = outcome === 'stream_interrupted';
     // An answered probe's success is counted (route): only its stream breaking is news.
     if (probe === ANSWERED) {

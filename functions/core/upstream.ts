@@ -48,6 +48,12 @@ export interface ChatStreamEvent {
 export interface ChatStream extends AsyncIterable<ChatStreamEvent> {
   close(): void;
   /**
+   * True when its events were made from a whole reply (an upstream that does not stream): the first came with the
+   * reply's end, so the time to it is the generation's, which the client's request decides, not the deployment's
+   * latency.
+   */
+  readonly whole?: boolean;
+  /**
    * The prompt side of the usage an upstream reported as its stream began, before its final report (Anthropic's
    * `message_start`): what a stream cut before that report is billed on for its prompt, in place of our estimate.
    * Null, or absent, where none came.

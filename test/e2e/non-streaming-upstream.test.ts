@@ -2,19 +2,21 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Deployment } from '#core/registry.ts';
+import { schemaErrors } from '#test/openapi-schemas.ts';
 import { sseEvents } from '#test/sse.ts';
-import { startTestStack, type TestStack } from '#test/stack.ts';
+import { startTestStack, type TestStack, takeSettlementsOf } from '#test/stack.ts';
 
 /**
- * An upstream that ignores `stream` and always answers with a whole chat.completion. A stream request to it used to
- * wait for events that never came, and fail as a drop — three in a row opened its circuit for the non-stream calls
- * it serves well. It is now a deployment that cannot serve the stream: the next one does, health is untouched, and
- * the instance does not ask it to stream again for a while (each ask costs a whole reply, thrown away). An upstream
- * that labels a real event stream `application/json` (some do) still streams.
+ * An upstream that ignores `stream` and always answers with a whole chat.completion. A stream request to it is served
+ * that reply as the stream the client asked for — the generation is done and paid for, and throwing it away for
+ * another deployment's would pay twice — billed on the reply's usage; the instance then asks that deployment for whole
+ * replies for a while. A JSON answer that is no completion falls back, and an upstream that labels a real event stream
+ * `application/json` (some do) still streams.
  */
 
 let upstream: Server;
-const calls: Record<string, number> = {};
+/** What each upstream model was asked: `stream`, and whether usage was asked for with it. */
+const asked: Record<string, { stream: boolean; options: unknown }[]> = {};
 let t: TestStack;
 
 const completion = {
@@ -55,9 +57,11 @@ beforeAll(async () => {
       body += c.toString('utf8');
     });
     req.on('end', () => {
-      const { model, stream } = JSON.parse(body) as { model: string; stream?: boolean };
-      calls[model] = (calls[model] ?? 0) + 1;
+      const parsed = JSON.parse(body) as { model: string; stream?: boolean; stream_options?: unknown };
+      const { model, stream } = parsed;
+      asked[model] = [...(asked[model] ?? []), { stream: stream === true, options: parsed.stream_options }];
       res.writeHead(200, { 'content-type': 'application/json' });
+      if (model === 'junk-model') return res.end('{"status":"queued"}');
       if (model === 'labelled-model' && stream) {
         const events = [
           chunk({ role: 'assistant', content: '' }),
@@ -74,7 +78,11 @@ beforeAll(async () => {
   const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
   await t.stack.container.registryStore.put(
     [],
-    [deploymentAt(url, 'famA-v4.1-flash', 'whole-model'), deploymentAt(url, 'famB-5.3', 'labelled-model')],
+    [
+      deploymentAt(url, 'famA-v4.1-flash', 'whole-model'),
+      deploymentAt(url, 'famB-5.3', 'labelled-model'),
+      deploymentAt(url, 'famC-k3', 'junk-model'),
+    ],
   );
   await t.stack.container.registry.refresh();
 });
@@ -83,25 +91,83 @@ afterAll(async () => {
   upstream?.close();
 });
 
-const post = (model: string, stream: boolean) =>
+const post = (model: string, stream: boolean, extra: Record<string, unknown> = {}) =>
   t.post('/chat/completions', {
     model,
     messages: [{ role: 'user', content: 'hi' }],
     ...(stream ? { stream } : {}),
+    ...extra,
   });
 
+/** A stream response's chunks (each checked against OpenAI's schema), after checking it ended with [DONE]. */
+interface Chunk extends Record<string, unknown> {
+  choices: { delta: unknown; finish_reason: string | null }[];
+}
+const chunksOf = async (res: Response): Promise<Chunk[]> => {
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+  const events = sseEvents(await res.text());
+  expect(events.at(-1)).toBe('[DONE]');
+  const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as Chunk);
+  for (const chunk of chunks) expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
+  return chunks;
+};
+
 describe('a deployment whose upstream answers a stream request with a whole reply', () => {
-  it('serves streams from the next deployment, asks it to stream once only, and goes on serving non-stream calls', async () => {
-    for (let i = 0; i < 4; i++) {
-      const res = await post('famA-v4.1-flash', true);
-      expect(res.status).toBe(200);
-      expect(res.headers.get('x-svc-provider')).not.toBe('whole');
-      expect(sseEvents(await res.text()).at(-1)).toBe('[DONE]');
+  it('serves the reply as a stream billed on its usage, and asks for whole replies from then on', async () => {
+    const first = await post('famA-v4.1-flash', true);
+    expect(first.headers.get('x-svc-provider')).toBe('whole');
+    expect(first.headers.get('x-svc-attempts')).toBe('1');
+    const chunks = await chunksOf(first);
+    expect(chunks.map((c) => c.choices[0]?.delta)).toEqual([
+      { role: 'assistant', content: '' },
+      { content: 'Whole.' },
+      {},
+    ]);
+    expect(chunks.at(-1)?.choices[0]?.finish_reason).toBe('stop');
+    expect(chunks.every((c) => c.model === 'famA-v4.1-flash' && c.id === 'chatcmpl-whole')).toBe(true);
+    // The client did not ask for usage: none shown, though the call is billed on it.
+    expect(chunks.some((c) => 'usage' in c)).toBe(false);
+
+    const second = await post('famA-v4.1-flash', true, { stream_options: { include_usage: true } });
+    expect(second.headers.get('x-svc-provider')).toBe('whole');
+    const withUsage = await chunksOf(second);
+    expect(withUsage.at(-1)).toMatchObject({
+      choices: [],
+      usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 },
+    });
+    expect(withUsage.map((c) => c.choices[0]?.delta).slice(0, 3)).toEqual([
+      { role: 'assistant', content: '' },
+      { content: 'Whole.' },
+      {},
+    ]);
+    // Asked to stream once (with usage, as every stream is); then for the whole reply, without stream options.
+    expect(asked['whole-model']).toEqual([
+      { stream: true, options: { include_usage: true } },
+      { stream: false, options: undefined },
+    ]);
+    const records = await takeSettlementsOf(t.stack, [
+      first.headers.get('x-request-id'),
+      second.headers.get('x-request-id'),
+    ]);
+    for (const record of records) {
+      expect(record).toMatchObject({ outcome: 'success', stream: true, provider: 'whole' });
+      expect(record?.usage).toMatchObject({ promptTokens: 5, completionTokens: 1, source: 'upstream' });
+      expect(record?.cost).toBeGreaterThan(0);
     }
-    expect(calls['whole-model']).toBe(1);
+
     const whole = await post('famA-v4.1-flash', false);
     expect(whole.status).toBe(200);
     expect(whole.headers.get('x-svc-provider')).toBe('whole');
+    expect(await whole.json()).toMatchObject({ object: 'chat.completion', model: 'famA-v4.1-flash' });
+  });
+
+  it('falls back when the JSON answering a stream request is no chat completion', async () => {
+    const res = await post('famC-k3', true);
+    expect(res.headers.get('x-svc-provider')).not.toBe('junk');
+    expect(res.headers.get('x-svc-attempts')).toBe('2');
+    const chunks = await chunksOf(res);
+    expect(chunks.length).toBeGreaterThan(2);
   });
 
   it('streams from an upstream that labels its event stream application/json', async () => {

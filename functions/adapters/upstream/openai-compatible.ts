@@ -1,4 +1,4 @@
-import { type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
 import type {
   ChatCompletionResult,
   ChatProvider,
@@ -8,8 +8,9 @@ import type {
 } from '#core/upstream.ts';
 import { parseOpenAiUsage } from '#core/usage.ts';
 import { statusFailure } from './http.ts';
-import { type OpenAiHttp, openWithinFirstByte, readJsonObject } from './openai-http.ts';
+import { type OpenAiHttp, openWithinFirstByte, parseJsonObject, readJsonObject } from './openai-http.ts';
 import { sseData, UpstreamEvents } from './sse.ts';
+import { chatCompletionOf, KeptBody, WholeReplyStream } from './whole-reply-stream.ts';
 
 /**
  * Adapter for OpenAI-compatible chat completions (OpenAI, Groq, Together, Fireworks, DeepInfra, Mistral,
@@ -20,9 +21,8 @@ import { sseData, UpstreamEvents } from './sse.ts';
 export class OpenAiCompatibleChat implements ChatProvider {
   readonly #http: OpenAiHttp;
   /**
-   * Deployments that answered a stream request with a whole reply lately (id → until when, ms): their stream calls
-   * are not made again for a while. Each would cost a whole generation, billed to us and thrown away, and health
-   * ignores a deployment that cannot serve a request.
+   * Deployments that answered a stream request with a whole reply lately (id → until when, ms): for a while their
+   * stream calls ask for the whole reply, within a whole reply's timeout, and serve it as a stream.
    */
   readonly #notStreaming = new Map<string, number>();
   readonly #now: () => number;
@@ -35,23 +35,7 @@ export class OpenAiCompatibleChat implements ChatProvider {
   async complete(call: UpstreamCall): Promise<ChatCompletionResult> {
     const response = await this.#post(call, this.#http.completionTimeoutMs(call.deployment));
     if (response.statusCode !== 200) throw await statusFailure(response);
-    const body = await readJsonObject(response, MAX_REPLY_BYTES);
-    // A completion with no choice, or a choice with no message, answers nothing: another deployment may.
-    if (
-      !Array.isArray(body.choices) ||
-      body.choices.length === 0 ||
-      body.choices.some(
-        (c) => typeof (c as { message?: unknown } | null)?.message !== 'object' || c.message === null,
-      )
-    )
-      throw new UpstreamFailure('protocol', 'upstream body is not a chat completion');
-    // An aggregator's failure inside a 200 (a top-level `error`, a choice finished with "error"): not a reply.
-    if (
-      (typeof body.error === 'object' && body.error !== null) ||
-      body.choices.some((c) => (c as { finish_reason?: unknown } | null)?.finish_reason === 'error')
-    )
-      throw new UpstreamFailure('server_error', 'upstream reply reports an error');
-    body.model = call.publicModel;
+    const body = chatCompletionOf(await readJsonObject(response, MAX_REPLY_BYTES), call.publicModel);
     return { body, usage: parseOpenAiUsage(body.usage) };
   }
 
@@ -59,24 +43,31 @@ export class OpenAiCompatibleChat implements ChatProvider {
     const id = call.deployment.id;
     const until = this.#notStreaming.get(id);
     if (until !== undefined) {
-      if (until > this.#now()) return Promise.reject(doesNotStream('did not stream lately: not asked'));
+      if (until > this.#now()) return this.#wholeAsStream(call);
       this.#notStreaming.delete(id);
     }
     const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
     return openWithinFirstByte(call, firstByteMs, 'first event', async (abort, release) => {
       const response = await this.#post({ ...call, signal: abort.signal }, firstByteMs);
       if (response.statusCode !== 200) throw await statusFailure(response);
-      const events = sseData(response.body);
+      // A JSON-labelled body may be a whole reply (an upstream that ignores `stream`), or a real event stream some
+      // servers label so: which one, its body tells. It is kept while it is read, until an event shows it a stream.
+      const kept = /^application\/json\b/i.test(String(response.headers['content-type'] ?? ''))
+        ? new KeptBody(response.body, MAX_REPLY_BYTES)
+        : null;
+      const events = sseData(kept ?? response.body);
       let first = await events.next();
       // Empty keep-alive objects before the first chunk commit nothing: the first-byte timeout still runs.
       while (!first.done && EMPTY_OBJECT.test(first.value)) first = await events.next();
-      // No event at all in a JSON response: a whole reply, from an upstream that does not stream (by its body, not
-      // its label: some servers label real event streams application/json). Not a drop — three in a row would open
-      // its circuit for the non-stream calls it serves well — but a request this deployment cannot serve.
-      if (first.done && /^application\/json\b/i.test(String(response.headers['content-type'] ?? ''))) {
+      // No event at all in a JSON response: a whole reply, served as the stream the client asked for. The generation
+      // is done and paid for; throwing it away for another deployment's would pay twice and wait twice. Its later
+      // stream calls ask for the whole reply (not to stream), within the whole reply's timeout (see #wholeAsStream).
+      if (first.done && kept !== null) {
         this.#notStreaming.set(id, this.#now() + NOT_STREAMING_MS);
-        throw doesNotStream('answered a stream request with a whole reply', 200);
+        release();
+        return new WholeReplyStream(chatCompletionOf(parseJsonObject(kept.bytes()), call.publicModel));
       }
+      kept?.letGo();
       if (first.done || first.value === '[DONE]') {
         throw new UpstreamFailure('dropped', 'upstream stream ended before its first event');
       }
@@ -87,6 +78,16 @@ export class OpenAiCompatibleChat implements ChatProvider {
       const head = firstChunkData(first.value);
       return new RelayedStream(head, new UpstreamEvents(events, abort, release), call);
     });
+  }
+
+  /**
+   * A stream call to a deployment that answered one with a whole reply lately: asked for the whole reply (a stream
+   * request would only take the stream's shorter first-byte timeout for a whole generation), served as a stream.
+   */
+  async #wholeAsStream(call: UpstreamCall): Promise<ChatStream> {
+    const { stream: _stream, stream_options: _options, ...body } = call.body;
+    const { body: completion } = await this.complete({ ...call, body });
+    return new WholeReplyStream(completion);
   }
 
   #post(call: UpstreamCall, headersTimeoutMs: number) {
@@ -101,23 +102,8 @@ export class OpenAiCompatibleChat implements ChatProvider {
   }
 }
 
-/** What a stream request is told when none of its model's deployments streams. */
-const DOES_NOT_STREAM: UpstreamErrorBody = {
-  message: "This model's providers do not stream its replies. Send the request without `stream`.",
-  type: 'invalid_request_error',
-  code: 'unsupported_request',
-  param: 'stream',
-};
-
-/** How long a deployment that answered a stream request with a whole reply is not asked to stream again. */
+/** How long a deployment that answered a stream request with a whole reply is asked for whole replies instead. */
 const NOT_STREAMING_MS = 10 * 60_000;
-
-/** A deployment that does not stream; `status` when this attempt reached it (counted against the call's attempts). */
-const doesNotStream = (detail: string, status?: number): UpstreamFailure =>
-  new UpstreamFailure('unsupported', `upstream ${detail}`, {
-    ...(status === undefined ? {} : { status }),
-    upstreamError: DOES_NOT_STREAM,
-  });
 
 /** Largest non-stream reply read; far above any real completion. */
 const MAX_REPLY_BYTES = 64 * 1024 * 1024;

@@ -140,11 +140,13 @@ export const readAll = async (response: UpstreamResponse, limitBytes: number): P
 export const readJsonObject = async (
   response: UpstreamResponse,
   limitBytes: number,
-): Promise<Record<string, unknown>> => {
-  const text = (await readAll(response, limitBytes)).toString('utf8');
+): Promise<Record<string, unknown>> => parseJsonObject(await readAll(response, limitBytes));
+
+/** An upstream body that must be a JSON object; anything else is a protocol fault. */
+export const parseJsonObject = (bytes: Buffer): Record<string, unknown> => {
   let body: unknown;
   try {
-    body = JSON.parse(text);
+    body = JSON.parse(bytes.toString('utf8'));
   } catch (error) {
     throw new UpstreamFailure('protocol', 'upstream body is not JSON', { cause: error });
   }

@@ -265,6 +265,35 @@ describe('Gateway verdicts on deployments', () => {
     expect(recorded).toEqual(['a:timeout:7']);
   });
 
+  it("keeps the time of a stream made from a whole reply out of its deployment's latency, not the others' failures", async () => {
+    const clock = manualClock();
+    const recorded: string[] = [];
+    const health = new (class extends HealthBoard {
+      override record(...args: Parameters<HealthBoard['record']>): void {
+        recorded.push(`${args[0]}:${args[1]}:${args[2]}`);
+        super.record(...args);
+      }
+    })(POLICY, clock);
+    const gateway = gatewayOn(clock, health);
+    const timeAll = async (whole: boolean) => {
+      recorded.length = 0;
+      const call = new CallRecorder('chat.completions', 'r', clock);
+      call.stream = true;
+      await gateway.route(keyed, call, false, async (d) => {
+        clock.advance(7);
+        if (d.id === 'a') throw new UpstreamFailure('timeout', 'no first byte', {});
+        // What the chat handler notes when the stream it got was made from a whole reply.
+        call.wholeReply = whole;
+        return d.id;
+      });
+      gateway.observeEnd(call, 'ok');
+      return [...recorded];
+    };
+    // The whole reply's 7 ms are its generation's; a's first-byte timeout still counts with its time.
+    expect(await timeAll(true)).toEqual(['a:timeout:7', 'b:ok:null']);
+    expect(await timeAll(false)).toEqual(['a:timeout:7', 'b:ok:7']);
+  });
+
   it('routes the next calls past a refused key: the instance tries it last for a while', async () => {
     const clock = manualClock();
     const health = new HealthBoard(POLICY, clock);
