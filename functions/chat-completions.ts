@@ -83,14 +83,16 @@ export const createHandler = (container: () => Container) =>
       stream = await c.gateway.admitAndRoute({
         ...billed,
         cycleKeys: false,
-        attempt: (d, k, signal) =>
-          c
-            .provider(d.adapter, 'chat')
-            .stream(upstream(d, k, signal))
-            .then((opened) => {
-              call.wholeReply = opened.whole === true;
-              return opened;
-            }),
+        // A deployment seen not to stream serves a stream with a whole reply: only when those that stream cannot.
+        lastly: (d) => streamsWhole(c, d),
+        attempt: (d, k, signal) => {
+          const provider = c.provider(d.adapter, 'chat');
+          if (provider.streamsWhole?.(d)) call.wholeReplyFrom(d.id);
+          return provider.stream(upstream(d, k, signal)).then((opened) => {
+            if (opened.whole) call.wholeReplyFrom(d.id);
+            return opened;
+          });
+        },
         discard: (opened) => opened.close(),
       });
     } catch (error) {
@@ -111,6 +113,15 @@ export const createHandler = (container: () => Container) =>
   });
 
 export const handler = createHandler(containerFromEnv);
+
+/** Whether a stream to the deployment now asks for a whole reply; not where its adapter has no chat (that fails over). */
+const streamsWhole = (c: Container, deployment: Deployment): boolean => {
+  try {
+    return c.provider(deployment.adapter, 'chat').streamsWhole?.(deployment) === true;
+  } catch {
+    return false;
+  }
+};
 
 interface ReplyMessage {
   content?: unknown;

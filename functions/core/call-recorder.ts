@@ -30,11 +30,6 @@ export class CallRecorder {
   model: Model | null = null;
   deployment: Deployment | null = null;
   stream = false;
-  /**
-   * The served stream was made from a whole reply (ChatStream.whole): its time to the first byte is the generation's,
-   * as a non-stream call's is.
-   */
-  wholeReply = false;
   admission: AdmissionRef | null = null;
   /** `x-ratelimit-*` headers from admission, for whatever response the call ends with. */
   limitHeaders: Record<string, string> = {};
@@ -60,6 +55,8 @@ export class CallRecorder {
    */
   firstByteBy: number | null = null;
   #firstByteAt: number | null = null;
+  /** Deployments whose stream attempts in this call were made for a whole reply (`wholeReplyFrom`). */
+  #wholeReplies: Set<string> | null = null;
   /** When the handler took the call, to the clock's precision (`receivedAt` is whole milliseconds). */
   readonly #startedAt: number;
   #unread: (() => void) | null = null;
@@ -72,6 +69,20 @@ export class CallRecorder {
     // Whole milliseconds: it orders the ledger and names the day of the usage aggregates.
     this.#startedAt = clock.now();
     this.receivedAt = Math.floor(this.#startedAt);
+  }
+
+  /**
+   * An attempt of this stream on the deployment was made for, or answered with, a whole reply: its time to the first
+   * event is the generation's, which the client's request decides, as a non-stream call's is — not the deployment's.
+   */
+  wholeReplyFrom(deploymentId: string): void {
+    this.#wholeReplies ??= new Set();
+    this.#wholeReplies.add(deploymentId);
+  }
+
+  /** Whether the deployment's attempts in this stream were timed to a whole reply (`wholeReplyFrom`). */
+  repliedWhole(deploymentId: string): boolean {
+    return this.#wholeReplies?.has(deploymentId) === true;
   }
 
   admitted(admitted: Admitted): void {

@@ -29,8 +29,18 @@ const ANSWERED: ProbeToken = 0;
  */
 const timesFirstByte = (call: CallRecorder): boolean => call.stream || call.endpoint === 'audio.speech';
 
-/** Whether the served attempt's time was its first byte's: not for a stream made from a whole reply. */
-const servedFirstByte = (call: CallRecorder): boolean => timesFirstByte(call) && !call.wholeReply;
+/** Whether a deployment's attempt was timed to its first byte: not a stream's made for a whole reply. */
+const servedFirstByte = (call: CallRecorder, deploymentId: string): boolean =>
+  timesFirstByte(call) && !call.repliedWhole(deploymentId);
+
+/** The plan with the deployments `lastly` picks moved after the others, each group in its order. */
+const putLast = (
+  plan: readonly Deployment[],
+  lastly: (deployment: Deployment) => boolean,
+): readonly Deployment[] => {
+  const last = plan.filter(lastly);
+  return last.length === 0 ? plan : plan.filter((d) => !last.includes(d)).concat(last);
+};
 
 /** A billed call, as `Gateway.admitAndRoute` takes it. */
 export interface BilledCall<T> {
@@ -44,6 +54,8 @@ export interface BilledCall<T> {
   readonly attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>;
   /** Releases what the route produced for a call then refused admission (an open stream); nothing by default. */
   readonly discard?: (value: T) => void;
+  /** Deployments routed after the others, where they would serve worse now (see `Gateway.route`). */
+  readonly lastly?: (deployment: Deployment) => boolean;
 }
 
 export interface GatewayDeps {
@@ -167,21 +179,21 @@ export class Gateway {
    * fails first still waits for the admission, so that its hold is on the call for settlement to release.
    */
   async admitAndRoute<T>(billed: BilledCall<T>): Promise<T> {
-    const { request, resolved, call, cycleKeys, attempt, discard = keepAll } = billed;
+    const { request, resolved, call, cycleKeys, attempt, discard = keepAll, lastly } = billed;
     const { admission, clock } = this.#deps;
     // A model none of whose deployments may take a call now is refused before admission charges the client's limits.
     const refused = unroutable(resolved.deployments, this.#deps.health);
     if (refused) throw refused;
     if (!admission || !call.principal || !admission.expects(call.principal, request)) {
       await this.#admit(request, call);
-      return this.route(resolved, call, cycleKeys, attempt);
+      return this.route(resolved, call, cycleKeys, attempt, undefined, lastly);
     }
     const cancel = new AbortController();
     const admitting = this.#admit(request, call);
     admitting.catch((refusal: unknown) => cancel.abort(new RouteCancelled(refusal)));
     // Set when the route settles, which allSettled below waits for.
     let routedAt = 0;
-    const routing = this.route(resolved, call, cycleKeys, attempt, cancel.signal).finally(() => {
+    const routing = this.route(resolved, call, cycleKeys, attempt, cancel.signal, lastly).finally(() => {
       routedAt = clock.now();
     });
     const [admitted, routed] = await Promise.allSettled([admitting, routing]);
@@ -225,7 +237,8 @@ export class Gateway {
    * could otherwise add up past the invocation's end (6 × 180 s against chat's 900 s), and an invocation
    * killed there answers the client nothing and settles nothing. For a stream the signal matters only until
    * its first event: the relay body keeps the deadline from there (http/relay-body.ts). `cancel` stops the route
-   * the same way, with its reason (admitAndRoute: the call was refused admission).
+   * the same way, with its reason (admitAndRoute: the call was refused admission). Deployments `lastly` picks are
+   * tried after all the others, in route order (a stream's deployments that would answer with a whole reply).
    */
   async route<T>(
     resolved: Resolved,
@@ -233,10 +246,13 @@ export class Gateway {
     cycleKeys: boolean,
     attempt: (deployment: Deployment, keyIndex: number, signal: AbortSignal) => Promise<T>,
     cancel?: AbortSignal,
+    lastly?: (deployment: Deployment) => boolean,
   ): Promise<T> {
     const { clock, alarms, random, maxAttempts, health } = this.#deps;
     const started = clock.now();
-    const { deployments: plan, probes } = planRoute(resolved.deployments, random, health);
+    const planned = planRoute(resolved.deployments, random, health);
+    const plan = lastly ? putLast(planned.deployments, lastly) : planned.deployments;
+    const probes = planned.probes;
     if (probes.size > 0) this.#probes.set(call, probes);
     const before = call.attempts.length;
     const deadline = new AbortController();
@@ -274,7 +290,7 @@ export class Gateway {
         health.record(
           served.deployment.id,
           'ok',
-          servedFirstByte(call) ? (answered?.ms ?? null) : null,
+          servedFirstByte(call, served.deployment.id) ? (answered?.ms ?? null) : null,
           probe,
         );
         this.#probes.set(call, new Map(probes).set(served.deployment.id, ANSWERED));
@@ -315,7 +331,12 @@ export class Gateway {
         // call's timeout also runs while the reply is generated, as long as the client's answer needs.
         const timed = timesFirstByte(call);
         for (const a of verdicts.values())
-          health.record(a.deployment, a.outcome, timed ? a.ms : null, probes.get(a.deployment) ?? null);
+          health.record(
+            a.deployment,
+            a.outcome,
+            timed && !call.repliedWhole(a.deployment) ? a.ms : null,
+            probes.get(a.deployment) ?? null,
+          );
         // A probe whose request ended before its attempt did (the client went away) leaves no verdict.
         for (const [deployment, probe] of probes)
           if (!judged.some((a) => a.deployment === deployment)) health.release(deployment, probe);
@@ -337,7 +358,7 @@ export class Gateway {
     const probe = this.#probes.get(call)?.get(served.deployment) ?? null;
     // A non-stream reply's time is its whole generation's, which the client's request decides: not the
     // deployment's latency (health.ts `record`).
-    const firstByteMs = servedFirstByte(call) ? served.ms : null;
+    const firstByteMs = servedFirstByte(call, served.deployment) ? served.ms : null;
     const broke = outcome === 'stream_interrupted';
     // An answered probe's success is counted (route): only its stream breaking is news.
     if (probe === ANSWERED) {

@@ -65,6 +65,11 @@ export interface ChatProvider {
   complete(call: UpstreamCall): Promise<ChatCompletionResult>;
   /** Resolves once the first event has arrived; throws `UpstreamFailure` if it never does. */
   stream(call: UpstreamCall): Promise<ChatStream>;
+  /**
+   * Whether a stream call to this deployment now asks for a whole reply (its upstream was seen not to stream): a
+   * stream is routed to it after the deployments that stream, and its time is the generation's, not a first byte's.
+   */
+  streamsWhole?(deployment: Deployment): boolean;
 }
 
 /** Which deployment and key an attempt uses; shared by every endpoint's upstream call. */

@@ -28,6 +28,9 @@ const completion = {
   usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 },
 };
 
+/** A reply larger than any one streamed event may be (8 MiB), as logprobs or many choices can make one. */
+const BIG_TEXT = 'word '.repeat(2_000_000);
+
 const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
   JSON.stringify({
     id: 'chatcmpl-labelled',
@@ -62,6 +65,12 @@ beforeAll(async () => {
       asked[model] = [...(asked[model] ?? []), { stream: stream === true, options: parsed.stream_options }];
       res.writeHead(200, { 'content-type': 'application/json' });
       if (model === 'junk-model') return res.end('{"status":"queued"}');
+      if (model === 'big-model') {
+        const message = { role: 'assistant', content: BIG_TEXT };
+        return res.end(
+          JSON.stringify({ ...completion, model, choices: [{ index: 0, message, finish_reason: 'stop' }] }),
+        );
+      }
       if (model === 'labelled-model' && stream) {
         const events = [
           chunk({ role: 'assistant', content: '' }),
@@ -76,12 +85,18 @@ beforeAll(async () => {
   // Circuit breaking on, as deployed: the point is that the whole replies never count against the deployment.
   t = await startTestStack();
   const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
-  await t.stack.container.registryStore.put(
+  const registry = t.stack.container.registryStore;
+  // famA-v4.1-flash is served by the whole-reply upstream alone; famA-v4.1-flash-1017 by it first, then the simulator.
+  const alone = (await registry.load()).deployments.filter((d) => d.model === 'famA-v4.1-flash');
+  await registry.put(
     [],
     [
+      ...alone.map((d) => ({ ...d, status: 'retired' as const })),
       deploymentAt(url, 'famA-v4.1-flash', 'whole-model'),
+      deploymentAt(url, 'famA-v4.1-flash-1017', 'whole-mixed-model'),
       deploymentAt(url, 'famB-5.3', 'labelled-model'),
       deploymentAt(url, 'famC-k3', 'junk-model'),
+      deploymentAt(url, 'famD-5-preview', 'big-model'),
     ],
   );
   await t.stack.container.registry.refresh();
@@ -114,7 +129,7 @@ const chunksOf = async (res: Response): Promise<Chunk[]> => {
 };
 
 describe('a deployment whose upstream answers a stream request with a whole reply', () => {
-  it('serves the reply as a stream billed on its usage, and asks for whole replies from then on', async () => {
+  it('serves the reply as a stream billed on its usage, and asks a lone deployment for whole replies from then on', async () => {
     const first = await post('famA-v4.1-flash', true);
     expect(first.headers.get('x-svc-provider')).toBe('whole');
     expect(first.headers.get('x-svc-attempts')).toBe('1');
@@ -162,12 +177,39 @@ describe('a deployment whose upstream answers a stream request with a whole repl
     expect(await whole.json()).toMatchObject({ object: 'chat.completion', model: 'famA-v4.1-flash' });
   });
 
-  it('falls back when the JSON answering a stream request is no chat completion', async () => {
-    const res = await post('famC-k3', true);
-    expect(res.headers.get('x-svc-provider')).not.toBe('junk');
-    expect(res.headers.get('x-svc-attempts')).toBe('2');
-    const chunks = await chunksOf(res);
-    expect(chunks.length).toBeGreaterThan(2);
+  it('routes the next streams to the deployments that stream, and keeps it for non-stream calls', async () => {
+    const first = await post('famA-v4.1-flash-1017', true);
+    expect(first.headers.get('x-svc-provider')).toBe('whole-mixed');
+    expect((await chunksOf(first))[1]?.choices[0]?.delta).toEqual({ content: 'Whole.' });
+    for (let i = 0; i < 3; i++) {
+      const next = await post('famA-v4.1-flash-1017', true);
+      expect(next.headers.get('x-svc-provider')).toMatch(/^sim-/);
+      expect(next.headers.get('x-svc-attempts')).toBe('1');
+      expect((await chunksOf(next)).length).toBeGreaterThan(3);
+    }
+    expect(asked['whole-mixed-model']).toHaveLength(1);
+    const whole = await post('famA-v4.1-flash-1017', false);
+    expect(whole.headers.get('x-svc-provider')).toBe('whole-mixed');
+    expect(asked['whole-mixed-model']).toEqual([
+      { stream: true, options: { include_usage: true } },
+      { stream: false, options: undefined },
+    ]);
+  });
+
+  it('falls back when the JSON answering a stream request is no chat completion, and asks it to stream again', async () => {
+    for (let i = 0; i < 2; i++) {
+      const res = await post('famC-k3', true);
+      expect(res.headers.get('x-svc-provider')).not.toBe('junk');
+      expect(res.headers.get('x-svc-attempts')).toBe('2');
+      expect((await chunksOf(res)).length).toBeGreaterThan(2);
+    }
+    expect(asked['junk-model']?.map((a) => a.stream)).toEqual([true, true]);
+  });
+
+  it('serves a whole reply larger than a streamed event may be', async () => {
+    const res = await post('famD-5-preview', true);
+    expect(res.headers.get('x-svc-provider')).toBe('big');
+    expect((await chunksOf(res))[1]?.choices[0]?.delta).toEqual({ content: BIG_TEXT });
   });
 
   it('streams from an upstream that labels its event stream application/json', async () => {

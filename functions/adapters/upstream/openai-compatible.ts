@@ -1,4 +1,5 @@
 import { UpstreamFailure } from '#core/fallback.ts';
+import type { Deployment } from '#core/registry.ts';
 import type {
   ChatCompletionResult,
   ChatProvider,
@@ -55,17 +56,22 @@ export class OpenAiCompatibleChat implements ChatProvider {
       const kept = /^application\/json\b/i.test(String(response.headers['content-type'] ?? ''))
         ? new KeptBody(response.body, MAX_REPLY_BYTES)
         : null;
-      const events = sseData(kept ?? response.body);
+      // A whole reply reads as one unfinished event: it may be as large as any reply.
+      const events = kept ? sseData(kept, MAX_REPLY_BYTES) : sseData(response.body);
       let first = await events.next();
       // Empty keep-alive objects before the first chunk commit nothing: the first-byte timeout still runs.
       while (!first.done && EMPTY_OBJECT.test(first.value)) first = await events.next();
       // No event at all in a JSON response: a whole reply, served as the stream the client asked for. The generation
       // is done and paid for; throwing it away for another deployment's would pay twice and wait twice. Its later
       // stream calls ask for the whole reply (not to stream), within the whole reply's timeout (see #wholeAsStream).
-      if (first.done && kept !== null) {
+      // Only a chat completion marks the deployment: a body that is no JSON object (nothing, keep-alives alone) is a
+      // drop, and one that is no completion a failure, as from a deployment that streams.
+      const whole = first.done && kept !== null ? kept.bytes() : null;
+      if (whole !== null && JSON_OBJECT_START.test(whole.subarray(0, 64).toString('latin1'))) {
+        const completion = chatCompletionOf(parseJsonObject(whole), call.publicModel);
         this.#notStreaming.set(id, this.#now() + NOT_STREAMING_MS);
         release();
-        return new WholeReplyStream(chatCompletionOf(parseJsonObject(kept.bytes()), call.publicModel));
+        return new WholeReplyStream(completion);
       }
       kept?.letGo();
       if (first.done || first.value === '[DONE]') {
@@ -78,6 +84,11 @@ export class OpenAiCompatibleChat implements ChatProvider {
       const head = firstChunkData(first.value);
       return new RelayedStream(head, new UpstreamEvents(events, abort, release), call);
     });
+  }
+
+  streamsWhole(deployment: Deployment): boolean {
+    const until = this.#notStreaming.get(deployment.id);
+    return until !== undefined && until > this.#now();
   }
 
   /**
@@ -365,6 +376,9 @@ const chunkData = (raw: string): string => {
 };
 
 const EMPTY_OBJECT = /^\s*\{\s*\}\s*$/;
+
+/** How a body that is a JSON object begins (whitespace, then a brace): an event stream begins otherwise. */
+const JSON_OBJECT_START = /^\s*\{/;
 
 /**
  * The first event's data, parsed whole (once a stream: the relay's fast path only looks at an event's ends): a JSON

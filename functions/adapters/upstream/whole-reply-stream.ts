@@ -154,7 +154,8 @@ const deltaOf = (message: Record<string, unknown>) => {
       const fn = (call as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
       piece(fn?.name);
       piece(fn?.arguments);
-      return { index, ...(call as Record<string, unknown>) };
+      // The call's place in the message, whatever index an upstream may have put on it.
+      return { ...(call as Record<string, unknown>), index };
     });
   }
   return { delta, output };

@@ -78,7 +78,13 @@ describe('a whole reply served as a stream', () => {
       type: 'function',
       function: { name: 'get_weather', arguments: '{"city":"Oslo"}' },
     };
-    const second = { id: 'call_2', type: 'function', function: { name: 'get_time', arguments: '{}' } };
+    // An index an upstream put on its call is not the streamed call's place.
+    const second = {
+      index: 7,
+      id: 'call_2',
+      type: 'function',
+      function: { name: 'get_time', arguments: '{}' },
+    };
     const events = await eventsOf(
       completion({
         choices: [
@@ -97,7 +103,7 @@ describe('a whole reply served as a stream', () => {
       delta: {
         tool_calls: [
           { index: 0, ...call },
-          { index: 1, ...second },
+          { ...second, index: 1 },
         ],
       },
       logprobs: null,

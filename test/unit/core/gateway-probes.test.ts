@@ -275,23 +275,47 @@ describe('Gateway verdicts on deployments', () => {
       }
     })(POLICY, clock);
     const gateway = gatewayOn(clock, health);
-    const timeAll = async (whole: boolean) => {
+    const timeAll = async (wholeFrom: readonly string[]) => {
       recorded.length = 0;
       const call = new CallRecorder('chat.completions', 'r', clock);
       call.stream = true;
       await gateway.route(keyed, call, false, async (d) => {
         clock.advance(7);
-        if (d.id === 'a') throw new UpstreamFailure('timeout', 'no first byte', {});
-        // What the chat handler notes when the stream it got was made from a whole reply.
-        call.wholeReply = whole;
+        // What the chat handler notes of an attempt made for, or answered with, a whole reply.
+        if (wholeFrom.includes(d.id)) call.wholeReplyFrom(d.id);
+        if (d.id === 'a') throw new UpstreamFailure('timeout', 'no reply', {});
         return d.id;
       });
       gateway.observeEnd(call, 'ok');
       return [...recorded];
     };
-    // The whole reply's 7 ms are its generation's; a's first-byte timeout still counts with its time.
-    expect(await timeAll(true)).toEqual(['a:timeout:7', 'b:ok:null']);
-    expect(await timeAll(false)).toEqual(['a:timeout:7', 'b:ok:7']);
+    // b's whole reply took 7 ms of generation; a's first-byte timeout still counts with its time.
+    expect(await timeAll(['b'])).toEqual(['a:timeout:7', 'b:ok:null']);
+    // a, asked for a whole reply, timed out as a non-stream call would: its time is no first byte's either.
+    expect(await timeAll(['a'])).toEqual(['a:timeout:null', 'b:ok:7']);
+    expect(await timeAll([])).toEqual(['a:timeout:7', 'b:ok:7']);
+  });
+
+  it('tries the deployments a stream would get a whole reply from after those that stream', async () => {
+    const gateway = gatewayOn(manualClock());
+    const tried: string[] = [];
+    const route = (lastly?: (d: { id: string }) => boolean) =>
+      gateway.route(
+        keyed,
+        new CallRecorder('chat.completions', 'r', manualClock()),
+        false,
+        async (d) => {
+          tried.push(d.id);
+          throw new UpstreamFailure('server_error', 'down', { status: 500 });
+        },
+        undefined,
+        lastly,
+      );
+    await expect(route((d) => d.id === 'a')).rejects.toMatchObject({ status: 500 });
+    expect(tried).toEqual(['b', 'a']);
+    tried.length = 0;
+    await expect(route()).rejects.toMatchObject({ status: 500 });
+    expect(tried).toEqual(['a', 'b']);
   });
 
   it('routes the next calls past a refused key: the instance tries it last for a while', async () => {
