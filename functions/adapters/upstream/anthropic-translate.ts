@@ -66,7 +66,7 @@ interface ToolUseBlock {
 interface ToolResultBlock {
   type: 'tool_result';
   tool_use_id: string;
-  content: string | TextBlock[];
+  content?: string | TextBlock[];
 }
 type Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock;
 
@@ -110,6 +110,7 @@ export const toMessagesRequest = (body: Json): Json => {
   const system: string[] = [];
   const messages: MessagesMessage[] = [];
   const chat = (Array.isArray(body.messages) ? body.messages : []) as ChatMessage[];
+  const ids = new ToolUseIds();
   chat.forEach((message, i) => {
     if (message.role === 'system') {
       const text = joinText(message.content);
@@ -117,7 +118,7 @@ export const toMessagesRequest = (body: Json): Json => {
       if (NON_WHITESPACE.test(text)) system.push(text);
       return;
     }
-    const blocks = toBlocks(message, i);
+    const blocks = toBlocks(message, i, ids);
     if (blocks.length === 0) return;
     const role = message.role === 'assistant' ? 'assistant' : 'user';
     const last = messages.at(-1);
@@ -267,32 +268,40 @@ const trimFinalAssistant = (messages: MessagesMessage[]): void => {
   last.content[last.content.length - 1] = { type: 'text', text: block.text.trimEnd() };
 };
 
-const toBlocks = (message: Exclude<ChatMessage, { role: 'system' }>, i: number): Block[] => {
+const toBlocks = (message: Exclude<ChatMessage, { role: 'system' }>, i: number, ids: ToolUseIds): Block[] => {
   switch (message.role) {
     case 'user':
       if (typeof message.content === 'string') return textBlock(message.content);
       return message.content.flatMap((part, j) => partBlocks(part, `messages[${i}].content[${j}]`));
     case 'assistant': {
+      ids.nextTurn(i);
       const blocks: Block[] =
         typeof message.content === 'string'
           ? textBlock(message.content)
           : (message.content ?? []).flatMap((part) => textBlock(part.text));
       message.tool_calls?.forEach((call, j) => {
-        blocks.push(toolUseBlock(call, `messages[${i}].tool_calls[${j}].function.arguments`));
+        blocks.push(
+          toolUseBlock(call, ids.use(call.id), `messages[${i}].tool_calls[${j}].function.arguments`),
+        );
       });
       return blocks;
     }
-    case 'tool':
+    case 'tool': {
+      // A tool with no output (a silent command) sends none: Messages refuses empty or whitespace-only text.
+      const content =
+        typeof message.content === 'string'
+          ? NON_WHITESPACE.test(message.content)
+            ? message.content
+            : []
+          : message.content.flatMap((part) => textBlock(part.text));
       return [
         {
           type: 'tool_result',
-          tool_use_id: toolUseId(message.tool_call_id),
-          content:
-            typeof message.content === 'string'
-              ? message.content
-              : message.content.flatMap((part) => textBlock(part.text)),
+          tool_use_id: ids.result(message.tool_call_id),
+          ...(content.length > 0 ? { content } : {}),
         },
       ];
+    }
   }
 };
 
@@ -343,7 +352,7 @@ const imageType = (bytes: Buffer): string | null => {
   return null;
 };
 
-const toolUseBlock = (call: ToolCall, param: string): ToolUseBlock => {
+const toolUseBlock = (call: ToolCall, id: string, param: string): ToolUseBlock => {
   let input: unknown;
   try {
     input = call.function.arguments.trim() === '' ? {} : JSON.parse(call.function.arguments);
@@ -354,7 +363,7 @@ const toolUseBlock = (call: ToolCall, param: string): ToolUseBlock => {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
     throw invalid('Tool call arguments must be a JSON object for this model.', param);
   }
-  return { type: 'tool_use', id: toolUseId(call.id), name: call.function.name, input: input as Json };
+  return { type: 'tool_use', id, name: call.function.name, input: input as Json };
 };
 
 const TOOL_USE_ID = /^[a-zA-Z0-9_-]+$/;
@@ -373,6 +382,37 @@ const toolUseId = (id: string): string => {
   const hash = createHash('sha256').update(id).digest('hex').slice(0, 16);
   return `${id.replace(/[^a-zA-Z0-9_-]/g, '_').slice(0, MAX_TOOL_USE_ID - hash.length - 1)}_${hash}`;
 };
+
+/**
+ * The tool call ids of one conversation as sent (toolUseId), unique across it: Messages refuses a conversation that
+ * repeats a `tool_use` id (400 "tool_use ids must be unique"), where OpenAI takes one reused on a later turn — as
+ * clients and other providers number calls per turn (`call_0`). A repeat is sent as another id, derived from the
+ * turn it is on, and the results after that turn answer it.
+ */
+class ToolUseIds {
+  readonly #sent = new Set<string>();
+  /** This turn's ids (as the client wrote them) → as sent. */
+  readonly #turn = new Map<string, string>();
+  #at = -1;
+
+  /** An assistant turn at `messages[i]` begins: the results after it answer its calls. */
+  nextTurn(i: number): void {
+    this.#at = i;
+    this.#turn.clear();
+  }
+
+  use(id: string): string {
+    let sent = toolUseId(id);
+    if (this.#sent.has(sent)) sent = toolUseId(`${id}~turn${this.#at}`);
+    this.#sent.add(sent);
+    this.#turn.set(id, sent);
+    return sent;
+  }
+
+  result(id: string): string {
+    return this.#turn.get(id) ?? toolUseId(id);
+  }
+}
 
 const toTools = (tools: unknown): Json[] => {
   if (!Array.isArray(tools)) return [];
@@ -505,7 +545,9 @@ export const anthropicFailureKind = (
   errorType: string | null,
   message: string | null = null,
 ): FailureKind => {
-  if (status === 529 || errorType === 'overloaded_error' || status === 429) return 'overloaded';
+  if (status === 529 || errorType === 'overloaded_error') return 'overloaded';
+  // Our organisation's rate limit (`rate_limit_error`): the key's quota, which the deployment's next key may not share.
+  if (status === 429) return 'rate_limited';
   if (status === 401 || status === 402 || status === 403) return 'auth';
   if (status === 400 && message !== null && OUT_OF_CREDIT.test(message)) return 'auth';
   if (status >= 500 || status === 404 || status === 408 || status === 409) return 'server_error';
@@ -516,6 +558,13 @@ export const anthropicFailureKind = (
 
 /** Anthropic's words for a prompt beyond the context window: "prompt is too long: 208342 tokens > 200000 maximum". */
 const PROMPT_TOO_LONG = /^prompt is too long\b(?::\s*(\d+) tokens\s*>\s*(\d+) maximum)?/i;
+
+/**
+ * …and, from older models, for a prompt whose completion cap does not fit beside it: "input length and `max_tokens`
+ * exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again".
+ */
+const INPUT_AND_CAP_TOO_LONG =
+  /^input length and `?max_tokens`? exceed context limit\b(?::\s*(\d+)\s*\+\s*(\d+)\s*>\s*(\d+))?/i;
 
 /**
  * …for an image over its size limits: "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: …",
@@ -557,13 +606,26 @@ const deploymentLimit = (status: number, message: string | null): UpstreamErrorB
       param: 'messages',
     };
   }
+  const withCap = INPUT_AND_CAP_TOO_LONG.exec(message);
+  if (withCap) {
+    const [, input, cap, maximum] = withCap;
+    return {
+      message:
+        input !== undefined && cap !== undefined && maximum !== undefined
+          ? `This model's maximum context length is ${maximum} tokens. However, you requested ${Number(input) + Number(cap)} tokens (${input} in the messages, ${cap} in the completion). Please reduce the length of the messages or completion.`
+          : "The messages and the completion's max_tokens are longer than this model's maximum context length. Please reduce the length of the messages or completion.",
+      type: 'invalid_request_error',
+      code: 'context_length_exceeded',
+      param: 'messages',
+    };
+  }
   return IMAGE_TOO_LARGE.test(message) ? IMAGE_TOO_LARGE_ERROR : null;
 };
 
 export const anthropicStatusFailure = (
   status: number,
   upstreamError: UpstreamErrorBody | null,
-  /** The response's Retry-After, in ms: kept on a busy failure only. */
+  /** The response's Retry-After, in ms: kept on a busy failure only (overloaded, or our key's rate limit). */
   retryAfterMs: number | null = null,
 ): UpstreamFailure => {
   const kind = anthropicFailureKind(status, upstreamError?.type ?? null, upstreamError?.message ?? null);
@@ -574,7 +636,7 @@ export const anthropicStatusFailure = (
     {
       status,
       upstreamError: limit ?? upstreamError,
-      retryAfterMs: kind === 'overloaded' ? retryAfterMs : null,
+      retryAfterMs: kind === 'overloaded' || kind === 'rate_limited' ? retryAfterMs : null,
     },
   );
 };
@@ -699,6 +761,11 @@ export class MessagesStreamTranslator {
   #usage: Json = {};
   /** `message_delta` has arrived: the reply is whole (its stop reason and final counts are in). */
   #replied = false;
+  /**
+   * `message_delta` brought the output count: until it does, the only one is message_start's placeholder (1), and the
+   * stream is billed on our count of what it relayed instead.
+   */
+  #outputCounted = false;
   /** The role chunk has gone out (with the first content event). */
   #opened = false;
   #finished = false;
@@ -732,7 +799,7 @@ export class MessagesStreamTranslator {
   /** The end of the stream, as `message_stop` gives it: the usage-only chunk (when usage came), and finished. */
   stop(): ChatStreamEvent[] {
     this.#finished = true;
-    const usage = anthropicUsage(this.#usage);
+    const usage = this.#outputCounted ? anthropicUsage(this.#usage) : null;
     if (usage === null) return [];
     return [
       {
@@ -806,6 +873,7 @@ export class MessagesStreamTranslator {
       }
       case 'message_delta': {
         this.#mergeUsage(event.usage);
+        if (typeof (event.usage as Json | undefined)?.output_tokens === 'number') this.#outputCounted = true;
         this.#replied = true;
         const delta = (event.delta ?? {}) as Json;
         return [this.#chunk('{}', finishReason(delta.stop_reason))];
@@ -842,10 +910,14 @@ export class MessagesStreamTranslator {
       `"model":${JSON.stringify(publicModel)},"choices":[`;
   }
 
+  /**
+   * The counts are cumulative (message_delta's restate message_start's): a smaller one — a proxy's 0 for a count it
+   * does not repeat — never replaces a larger.
+   */
   #mergeUsage(raw: unknown): void {
     if (raw === null || typeof raw !== 'object') return;
     for (const [key, value] of Object.entries(raw)) {
-      if (typeof value === 'number') this.#usage[key] = value;
+      if (typeof value === 'number') this.#usage[key] = Math.max(value, count(this.#usage[key]));
     }
   }
 

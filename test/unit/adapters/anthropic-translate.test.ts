@@ -530,6 +530,30 @@ describe('whitespace-only text', () => {
   });
 });
 
+describe('tool results', () => {
+  it('sends no content for a tool with no output (Messages refuses empty text), and keeps any other', () => {
+    const call = (id: string) => ({ id, type: 'function', function: { name: 'f', arguments: '{}' } });
+    const out = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'user', content: 'go' },
+          { role: 'assistant', content: null, tool_calls: [call('c1'), call('c2'), call('c3'), call('c4')] },
+          { role: 'tool', tool_call_id: 'c1', content: '' },
+          { role: 'tool', tool_call_id: 'c2', content: ' \n' },
+          { role: 'tool', tool_call_id: 'c3', content: [{ type: 'text', text: '  ' }] },
+          { role: 'tool', tool_call_id: 'c4', content: 'ok' },
+        ],
+      }),
+    );
+    expect((out.messages as MessagesMessage[])[2]?.content).toEqual([
+      { type: 'tool_result', tool_use_id: 'c1' },
+      { type: 'tool_result', tool_use_id: 'c2' },
+      { type: 'tool_result', tool_use_id: 'c3' },
+      { type: 'tool_result', tool_use_id: 'c4', content: 'ok' },
+    ]);
+  });
+});
+
 describe('tool call ids', () => {
   const ANTHROPIC_ID = /^[a-zA-Z0-9_-]+$/;
   const loop = (id: string) => [
@@ -568,6 +592,28 @@ describe('tool call ids', () => {
     const ids = ['call:1', 'call.1', 'call_1'].map((id) => sentIds(id).use);
     expect(new Set(ids).size).toBe(3);
     expect(ids[2]).toBe('call_1');
+  });
+
+  it('sends an id reused on a later turn as another (Messages refuses a repeat), its result answering it', () => {
+    const turn = (text: string) => [
+      { role: 'user', content: text },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'f', arguments: '{}' } }],
+      },
+      { role: 'tool', tool_call_id: 'call_0', content: text },
+    ];
+    const out = toMessagesRequest(chatBody({ messages: [...turn('one'), ...turn('two')] }));
+    const blocks = (
+      out.messages as { content: { type: string; id?: string; tool_use_id?: string }[] }[]
+    ).flatMap((m) => m.content);
+    const uses = blocks.filter((b) => b.type === 'tool_use').map((b) => b.id);
+    const results = blocks.filter((b) => b.type === 'tool_result').map((b) => b.tool_use_id);
+    expect(uses[0]).toBe('call_0');
+    expect(uses[1]).toMatch(ANTHROPIC_ID);
+    expect(new Set(uses).size).toBe(2);
+    expect(results).toEqual(uses);
   });
 
   it('caps the length of a mapped id', () => {
@@ -786,7 +832,8 @@ describe('finishReason', () => {
 describe('anthropicFailureKind', () => {
   it.each([
     [529, 'overloaded_error', 'overloaded'],
-    [429, 'rate_limit_error', 'overloaded'],
+    // Our key's rate limit: a stream tries the deployment's next key, as for an OpenAI-compatible 429.
+    [429, 'rate_limit_error', 'rate_limited'],
     [500, 'api_error', 'server_error'],
     [503, null, 'server_error'],
     [404, 'not_found_error', 'server_error'],
@@ -818,6 +865,11 @@ describe('anthropicFailureKind', () => {
       kind: 'overloaded',
       retryAfterMs: 5_000,
     });
+    const limited = { message: 'Rate limited', type: 'rate_limit_error', code: null, param: null };
+    expect(anthropicStatusFailure(429, limited, 2_000)).toMatchObject({
+      kind: 'rate_limited',
+      retryAfterMs: 2_000,
+    });
     expect(anthropicStatusFailure(500, null, 5_000)).toMatchObject({
       kind: 'server_error',
       retryAfterMs: null,
@@ -836,6 +888,24 @@ describe('anthropicFailureKind', () => {
     expect(failure.upstreamError).toEqual({
       message:
         "This model's maximum context length is 200000 tokens. However, your messages resulted in 208342 tokens. Please reduce the length of the messages.",
+      type: 'invalid_request_error',
+      code: 'context_length_exceeded',
+      param: 'messages',
+    });
+  });
+
+  it('reads a prompt whose completion cap does not fit beside it as the window’s limit too (older models’ words)', () => {
+    const failure = anthropicStatusFailure(400, {
+      message:
+        'input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again',
+      type: 'invalid_request_error',
+      code: null,
+      param: null,
+    });
+    expect(failure).toMatchObject({ kind: 'unsupported', status: 400 });
+    expect(failure.upstreamError).toEqual({
+      message:
+        "This model's maximum context length is 200000 tokens. However, you requested 207951 tokens (199759 in the messages, 8192 in the completion). Please reduce the length of the messages or completion.",
       type: 'invalid_request_error',
       code: 'context_length_exceeded',
       param: 'messages',
@@ -987,6 +1057,38 @@ describe('MessagesStreamTranslator', () => {
       completionTokens: 40,
       cachedPromptTokens: 2048,
     });
+  });
+
+  it('never lets a smaller count replace a larger: a proxy that sends input_tokens 0 with the final counts', () => {
+    const { out } = translate([
+      start({ input_tokens: 100, cache_read_input_tokens: 50, output_tokens: 1 }),
+      { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'Hi' } },
+      {
+        type: 'message_delta',
+        delta: { stop_reason: 'end_turn' },
+        usage: { input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 20 },
+      },
+      { type: 'message_stop' },
+    ]);
+    expect(out.at(-1)?.usage).toMatchObject({
+      promptTokens: 150,
+      completionTokens: 20,
+      cachedPromptTokens: 50,
+    });
+  });
+
+  it('reports no usage when message_delta brought no output count: message_start’s 1 is a placeholder', () => {
+    const translator = new MessagesStreamTranslator({ ...relabel, clientWantsUsage: true });
+    const out = [
+      start({ input_tokens: 100, output_tokens: 1 }),
+      { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'Hello there' } },
+      { type: 'message_delta', delta: { stop_reason: 'end_turn' } },
+      { type: 'message_stop' },
+    ].flatMap((event) => translator.translate(JSON.stringify(event)));
+    expect(translator.finished).toBe(true);
+    // The relay then bills its own count of the output, with the prompt as message_start counted it.
+    expect(out.some((e) => e.usage !== null || e.usageOnly)).toBe(false);
+    expect(translator.promptUsage).toMatchObject({ promptTokens: 100 });
   });
 
   it('streams tool_use blocks as tool-call deltas indexed by tool call, not by content block', () => {
