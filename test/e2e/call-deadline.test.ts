@@ -69,6 +69,8 @@ const expectCutForTheEntry = async (res: Response, elapsedMs: number): Promise<v
   const error = (await res.json()) as { error: { type: string; message: string } };
   expect(schemaErrors('ErrorResponse', error)).toBe('');
   expect(error.error.message).toContain('"stream": true');
+  // At the entry's limit (0.5 or 0.6 s), not at once.
+  expect(elapsedMs).toBeGreaterThanOrEqual(400);
   expect(elapsedMs).toBeLessThan(1_500);
   const [record] = await takeSettlements(t.stack, 1);
   expect(record).toMatchObject({
@@ -107,7 +109,8 @@ describe("a call at its function's deadline", () => {
       expect(schemaErrors('ErrorResponse', error)).toBe('');
       expect(error.error.type).toBe('server_error');
       expect(error.error.message).toContain('longest time a call may take');
-      // Cut at 2 s, before the attempt would have ended (4 s).
+      // Cut at 2 s, before the attempt would have ended (4 s), and not sooner.
+      expect(elapsed).toBeGreaterThanOrEqual(1_800);
       expect(elapsed).toBeLessThan(3_500);
       const [record] = await takeSettlements(t.stack, 1);
       expect(record).toMatchObject({

@@ -88,8 +88,12 @@ describe('what goes upstream', () => {
 
   it('forces include_usage on upstream streams (rule 4), and withholds the usage chunk from the client', async () => {
     const res = await chat('famA-v4.1-flash', { stream: true });
+    expect(res.status).toBe(200);
     expect(upstreamBody().stream_options).toEqual({ include_usage: true });
     const events = sseEvents(await res.text());
+    // A whole stream, its text and [DONE] included — only the usage chunk left out.
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(events.some((e) => /"content":"[^"]/.test(e))).toBe(true);
     expect(events.some((e) => e.includes('"usage"'))).toBe(false);
   });
 });

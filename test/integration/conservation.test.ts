@@ -173,6 +173,14 @@ describe(`money is conserved under a random workload (seed ${SEED}; replay with 
       expect(debited, `${context}: every settled call debited exactly once for ${id}`).toBe(
         expectedCost.get(id),
       );
+      // What could not be paid is still owed, less what later top-ups and released holds paid of it: none lost.
+      const owedAtSettlement = report.ledger
+        .filter((e) => e.kind === 'debit')
+        .reduce((sum, e) => sum + e.owed, 0);
+      const repaid = report.ledger.filter((e) => e.kind === 'arrears').reduce((sum, e) => sum + e.amount, 0);
+      expect(report.owed, `${context}: owed = Σ owed at settlement − Σ arrears paid for ${id}`).toBe(
+        owedAtSettlement - repaid,
+      );
     }
   });
 });

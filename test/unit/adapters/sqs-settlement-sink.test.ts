@@ -99,7 +99,8 @@ describe('SqsSettlementSink', () => {
 
   it('lets records wait for each other up to the linger time', async () => {
     const { client, calls } = fakeClient();
-    const sink = new SqsSettlementSink(client, 'q', { lingerMs: 30 });
+    // A linger far longer than the 5 ms between the records: a busy machine's late timer cannot split them.
+    const sink = new SqsSettlementSink(client, 'q', { lingerMs: 250 });
     const first = sink.send(record('a'));
     await new Promise((resolve) => setTimeout(resolve, 5));
     await Promise.all([first, sink.send(record('b'))]);

@@ -63,11 +63,11 @@ describe('Authenticator', () => {
     expect(lookups).toHaveLength(1);
     records.set(`h(${GOOD})`, { accountId: 'acct_1', prefix: 'svc_live_AAAAAAAA', revoked: true });
     clock.advance(2_000);
-    await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toBeDefined();
+    await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toMatchObject({ accountId: 'acct_1' });
     expect(lookups).toHaveLength(1);
     clock.advance(1_000);
     // Past half the TTL the cached answer still serves this request while a refresh runs…
-    await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toBeDefined();
+    await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toMatchObject({ accountId: 'acct_1' });
     expect(lookups).toHaveLength(2);
     await new Promise((resolve) => setImmediate(resolve));
     // …and the refreshed answer serves the next one.
@@ -135,7 +135,7 @@ describe('Authenticator with a zero TTL', () => {
       hash: (key) => key,
       ttlMs: 0,
     });
-    await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toBeDefined();
+    await expect(auth.authenticate(`Bearer ${GOOD}`)).resolves.toMatchObject({ accountId: 'acct_1' });
     revoked = true;
     await expect(auth.authenticate(`Bearer ${GOOD}`)).rejects.toBeInstanceOf(AuthenticationError);
   });
