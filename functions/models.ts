@@ -1,7 +1,7 @@
 import { ModelNotFoundError, RouteNotFoundError } from '#core/errors.ts';
 import { modelObject } from '#core/model-listing.ts';
 import type { Catalog } from '#core/registry.ts';
-import { httpHandler, JSON_HEADERS } from '#http/handler.ts';
+import { httpHandler, JSON_HEADERS, withoutTrailingSlashes } from '#http/handler.ts';
 import { header } from '#http/lambda.ts';
 import { type Container, containerFromEnv } from './container.ts';
 
@@ -28,13 +28,16 @@ export const createHandler = (container: () => Container) =>
   httpHandler(
     async (event) => {
       const c = container();
-      await c.gateway.authenticateOnly(header(event, 'authorization'));
       const path = withoutTrailingSlashes(event.rawPath);
+      // A path this function does not serve is refused before the key is looked at, as the routers refuse it.
+      if (path !== '/v1/models' && !path.startsWith('/v1/models/'))
+        throw new RouteNotFoundError(event.requestContext.http.method, event.rawPath);
+      await c.gateway.authenticateOnly(header(event, 'authorization'));
       const catalog = await c.registry.catalog();
       let body: unknown;
       if (path === '/v1/models') {
         body = listingOf(catalog);
-      } else if (path.startsWith('/v1/models/')) {
+      } else {
         const raw = path.slice('/v1/models/'.length);
         let id: string;
         try {
@@ -45,8 +48,6 @@ export const createHandler = (container: () => Container) =>
         const model = catalog.models.get(id);
         if (model?.status !== 'active') throw new ModelNotFoundError(id);
         body = modelObject(model);
-      } else {
-        throw new RouteNotFoundError(event.requestContext.http.method, event.rawPath);
       }
       return {
         statusCode: 200,
@@ -60,13 +61,3 @@ export const createHandler = (container: () => Container) =>
   );
 
 export const handler = createHandler(containerFromEnv);
-
-/**
- * `/v1/models/` and `/v1/models` alike. Not `replace(/\/+$/, '')`: that regex retries from every slash of a run
- * that does not end the path, so `/v1/models/` + 16,000 slashes + `x` held an instance ~0.3 s per request.
- */
-const withoutTrailingSlashes = (path: string): string => {
-  let end = path.length;
-  while (end > 0 && path.charCodeAt(end - 1) === 0x2f) end--;
-  return path.slice(0, end);
-};

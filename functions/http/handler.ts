@@ -33,11 +33,37 @@ const errorHandler = (
   onError: (request) => {
     const requestId = requestIdOf(request.context);
     const error = request.error;
-    if (!(error instanceof ApiError)) log().error('unhandled error', { requestId, error });
-    else if (error.status >= 500) log().warn('request failed', { requestId, status: error.status, error });
+    const logger = loggerOrNone(log);
+    if (!(error instanceof ApiError)) logger.error('unhandled error', { requestId, error });
+    else if (error.status >= 500) logger.warn('request failed', { requestId, status: error.status, error });
     request.response = errorResponse(error, requestId);
   },
 });
+
+/**
+ * The function's logger — which is its container's: a function that cannot build its container (a bad setting)
+ * has none, and the error that says so must still become the client's OpenAI-shaped 500, not the platform's bare 502.
+ * It is said on stderr instead, by name and message only (no cause, whose fields might hold a setting's value).
+ */
+const loggerOrNone = (log: () => Logger): Pick<Logger, 'error' | 'warn'> => {
+  try {
+    return log();
+  } catch (failure) {
+    const said = (level: string) => (message: string, fields: { requestId: string; error?: unknown }) => {
+      const { error } = fields;
+      process.stderr.write(
+        `${JSON.stringify({
+          level,
+          message,
+          requestId: fields.requestId,
+          error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+          logger: failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure),
+        })}\n`,
+      );
+    };
+    return { error: said('error'), warn: said('warn') } as Pick<Logger, 'error' | 'warn'>;
+  }
+};
 
 const CORS_HEADER_ENTRIES = Object.entries(CORS_HEADERS);
 
@@ -85,18 +111,23 @@ const functionUrlShape: middy.MiddlewareObj<
 };
 
 /**
- * A Function URL hands its function every method; the local host and the REST API route only these. So the
- * function itself answers a CORS preflight, and refuses any other method as the routers do (404 unknown_url,
- * OpenAI's answer for a method a path does not serve). A preflight is answered only by a function that can serve:
- * `ready` builds what its calls need (kept after the first), and a function that cannot start fails the preflight
- * as it fails every call — which the uptime probe, asking for preflights, must see (ADR 0008).
+ * A Function URL hands its function every method and every path below it; the local host and the REST API route
+ * only these. So the function itself answers a CORS preflight, and refuses any other method, or a path it does not
+ * serve (`path`, when it serves one), as the routers do (404 unknown_url, OpenAI's answer for a method a path does not
+ * serve) — before the key or the body is read: a chat function asked for `/v1/embeddings` is not to read an
+ * embeddings body as a chat call. A preflight is answered only by a function that can serve: `ready` builds what its
+ * calls need (kept after the first), and a function that cannot start fails the preflight as it fails every call —
+ * which the uptime probe, asking for preflights, must see (ADR 0008).
  */
 const allowMethods = (
   methods: readonly string[],
   ready: () => unknown,
+  path: string | null,
 ): middy.MiddlewareObj<HttpEvent, HttpResponse, Error, LambdaContext> => ({
   before: (request) => {
     const { method } = request.event.requestContext.http;
+    if (path !== null && withoutTrailingSlashes(request.event.rawPath) !== path)
+      throw new RouteNotFoundError(method, request.event.rawPath);
     if (methods.includes(method)) return;
     if (method === 'OPTIONS') {
       ready();
@@ -118,6 +149,8 @@ export const httpHandler = (
   // What the function's calls need (its container), built before a preflight is answered; by default the logger,
   // which is the container's in every function.
   ready: () => unknown = log,
+  // The one path the function serves (a trailing slash aside); null: it tells its paths apart itself.
+  path: string | null = null,
 ) =>
   middy<HttpEvent | APIGatewayProxyEvent, HttpResponse, Error, LambdaContext>({
     executionMode: executionModeStreamifyResponse,
@@ -130,5 +163,15 @@ export const httpHandler = (
     .use(longBodiesPiped)
     .use(commonHeaders)
     .use(errorHandler(log))
-    .use(allowMethods(methods, ready))
+    .use(allowMethods(methods, ready, path))
     .handler((event, context) => fn(event as HttpEvent, context));
+
+/**
+ * `/v1/models/` and `/v1/models` alike. Not `replace(/\/+$/, '')`: that regex retries from every slash of a run
+ * that does not end the path, so `/v1/models/` + 16,000 slashes + `x` held an instance ~0.3 s per request.
+ */
+export const withoutTrailingSlashes = (path: string): string => {
+  let end = path.length;
+  while (end > 0 && path.charCodeAt(end - 1) === 0x2f) end--;
+  return path.slice(0, end);
+};
