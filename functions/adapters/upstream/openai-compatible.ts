@@ -47,7 +47,15 @@ export class OpenAiCompatibleChat implements ChatProvider {
       if (until > this.#now()) return this.#wholeAsStream(call);
       this.#notStreaming.delete(id);
     }
-    const firstByteMs = this.#http.firstByteTimeoutMs(call.deployment);
+    // The first stream call after a mark ran out asks to stream again, but may get a whole reply once more: it waits
+    // as long as a whole reply may take, not a first event's time, lest a long one be cut and paid for for nothing.
+    const firstByteMs =
+      until === undefined
+        ? this.#http.firstByteTimeoutMs(call.deployment)
+        : Math.max(
+            this.#http.firstByteTimeoutMs(call.deployment),
+            this.#http.completionTimeoutMs(call.deployment),
+          );
     return openWithinFirstByte(call, firstByteMs, 'first event', async (abort, release) => {
       const response = await this.#post({ ...call, signal: abort.signal }, firstByteMs);
       if (response.statusCode !== 200) throw await statusFailure(response);

@@ -1,8 +1,12 @@
+import { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { outputOf } from '#adapters/upstream/openai-compatible.ts';
+import { WholeBody } from '#adapters/upstream/http.ts';
+import { OpenAiCompatibleChat, outputOf } from '#adapters/upstream/openai-compatible.ts';
+import type { OpenAiHttp, OpenAiPost } from '#adapters/upstream/openai-http.ts';
 import { chatCompletionOf, KeptBody, WholeReplyStream } from '#adapters/upstream/whole-reply-stream.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 import type { ChatStreamEvent } from '#core/upstream.ts';
+import { deployment } from '#test/fixtures.ts';
 import { schemaErrors } from '#test/openapi-schemas.ts';
 
 /**
@@ -222,5 +226,59 @@ describe('a body kept while it is read', () => {
     kept.letGo();
     expect((await iterator.next()).value?.toString()).toBe('data: [DONE]\n\n');
     expect(() => kept.bytes()).toThrow();
+  });
+});
+
+describe("the adapter's memory of a deployment that does not stream", () => {
+  /** An upstream that always answers whole, as the adapter's transport sees it; what each call asked for. */
+  const upstream = () => {
+    const asked: { stream: boolean; timeoutMs: number }[] = [];
+    const http = {
+      firstByteTimeoutMs: () => 30_000,
+      completionTimeoutMs: () => 180_000,
+      post: async (call: { body: Record<string, unknown> }, request: OpenAiPost) => {
+        asked.push({ stream: call.body.stream === true, timeoutMs: request.headersTimeoutMs });
+        const bytes = Buffer.from(JSON.stringify(completion()));
+        return {
+          statusCode: 200,
+          headers: { 'content-type': 'application/json' },
+          body: request.wholeBodyLimitBytes === undefined ? Readable.from([bytes]) : new WholeBody(bytes),
+        };
+      },
+    } as unknown as OpenAiHttp;
+    return { http, asked };
+  };
+  const call = {
+    deployment: deployment({ id: 'whole' }),
+    keyIndex: 0,
+    body: { model: 'm', messages: [], stream: true, stream_options: { include_usage: true } },
+    publicModel: 'famA-v4.1-flash',
+    clientWantsUsage: false,
+  };
+
+  it('asks for whole replies for 10 minutes, then to stream again within the time a whole reply may take', async () => {
+    const { http, asked } = upstream();
+    let now = 0;
+    const chat = new OpenAiCompatibleChat(http, () => now);
+    expect(chat.streamsWhole(call.deployment)).toBe(false);
+    expect((await chat.stream(call)).whole).toBe(true);
+    expect(chat.streamsWhole(call.deployment)).toBe(true);
+    now += 10 * 60_000 - 1;
+    expect((await chat.stream(call)).whole).toBe(true);
+    now += 1;
+    expect(chat.streamsWhole(call.deployment)).toBe(false);
+    expect((await chat.stream(call)).whole).toBe(true);
+    now += 1;
+    await chat.stream(call);
+    expect(asked).toEqual([
+      // Asked to stream, under a first event's timeout.
+      { stream: true, timeoutMs: 30_000 },
+      // Marked: asked for the whole reply, under a whole reply's.
+      { stream: false, timeoutMs: 180_000 },
+      // The mark ran out: asked to stream again, but given a whole reply's time, as it may answer whole again…
+      { stream: true, timeoutMs: 180_000 },
+      // …which it did: marked again.
+      { stream: false, timeoutMs: 180_000 },
+    ]);
   });
 });
