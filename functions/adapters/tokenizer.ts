@@ -55,13 +55,32 @@ function* piecesOf(text: string): Generator<string> {
  */
 const UNCACHED_FROM = 32_768;
 
+/**
+ * The map's keys are pre-tokens cut from the text by a regex, and in V8 a cut of 13 characters or more keeps the
+ * whole string it was cut from alive: each word not seen before kept its prompt — up to a 4 MiB message — for as long
+ * as the map held it, 100,000 entries in all, whatever their size (a client of any key, even an empty wallet's, could
+ * send prompts made to fill it). So the map starts again empty once this many characters have been counted with it:
+ * what it keeps alive is then about this much text, and the prompt of the one call counted across a reset.
+ */
+const CACHED_CHARS_BUDGET = 2_000_000;
+let cachedChars = 0;
+
 const countPiece = (piece: string): number => {
-  if (piece.length < UNCACHED_FROM) return countTokens(piece, PLAIN_TEXT);
+  if (piece.length < UNCACHED_FROM) {
+    cachedChars += piece.length;
+    if (cachedChars > CACHED_CHARS_BUDGET) {
+      setMergeCacheSize(0);
+      setMergeCacheSize(DEFAULT_MERGE_CACHE_SIZE);
+      cachedChars = piece.length;
+    }
+    return countTokens(piece, PLAIN_TEXT);
+  }
   setMergeCacheSize(0);
   try {
     return countTokens(piece, PLAIN_TEXT);
   } finally {
     setMergeCacheSize(DEFAULT_MERGE_CACHE_SIZE);
+    cachedChars = 0;
   }
 };
 

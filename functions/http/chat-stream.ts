@@ -156,44 +156,50 @@ const QUIET = Symbol('quiet');
 
 /**
  * Tells a relay waiting on its upstream that `ms` have passed since it last heard from it: one timer per stream,
- * pushed back (refreshed) as events come, and a promise made anew only once it has fired — not a timer and a
- * promise per chunk on the hot path.
+ * pushed back (refreshed) as events come — not a timer per chunk on the hot path. Each wait (`race`) leaves its
+ * wake-up in one slot, which the next wait replaces: a promise the relay raced every read against for the whole
+ * stream (as `Promise.race` does) would gather a reaction per chunk, each holding that read's chunk, until the first
+ * quiet spell — a long, busy stream's every chunk kept in memory.
  */
 class Silence {
   readonly #ms: number;
   #timer: NodeJS.Timeout | null = null;
-  #quiet: Promise<typeof QUIET> | null = null;
+  /** Whether the timer will fire: it is re-armed by the first wait after it has. */
+  #armed = false;
   #wake: ((value: typeof QUIET) => void) | null = null;
 
   constructor(ms: number) {
     this.#ms = ms;
   }
 
-  /** Resolves with QUIET once `ms` pass without `heard()`. */
-  get quiet(): Promise<typeof QUIET> {
-    if (this.#quiet === null) {
-      this.#quiet = new Promise((resolve) => {
-        this.#wake = resolve;
-      });
+  /** `pending`'s outcome, or QUIET once `ms` pass without `heard()`, whichever comes first. */
+  race<T>(pending: Promise<T>): Promise<T | typeof QUIET> {
+    if (!this.#armed) {
+      this.#armed = true;
       if (this.#timer === null) {
         this.#timer = setTimeout(() => this.#fire(), this.#ms);
         this.#timer.unref();
       } else this.#timer.refresh();
     }
-    return this.#quiet;
+    return new Promise<T | typeof QUIET>((resolve, reject) => {
+      this.#wake = resolve;
+      pending.then(resolve, reject);
+    });
   }
 
   heard(): void {
+    this.#wake = null;
     this.#timer?.refresh();
   }
 
   stop(): void {
+    this.#wake = null;
     if (this.#timer !== null) clearTimeout(this.#timer);
   }
 
   #fire(): void {
     const wake = this.#wake;
-    this.#quiet = null;
+    this.#armed = false;
     this.#wake = null;
     wake?.(QUIET);
   }
@@ -224,7 +230,7 @@ async function* relay(
         // Only errors from the upstream side are caught here. When the client goes away, the stream machinery
         // throws into this generator at a `yield` instead; that unwinds to `finally` as an abort.
         try {
-          next = await Promise.race([pending, silence.quiet]);
+          next = await silence.race(pending);
         } catch (error) {
           const cause = failureOf(progress, error);
           if (cause === null) return; // the client left: an abort, recorded below
