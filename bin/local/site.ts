@@ -212,6 +212,9 @@ const serveObject = async (
       body.once('error', reject);
       res.once('close', resolve);
     });
+    // A reader that left mid-download: the S3 body is unpiped, paused and still holding its socket — which the SDK's
+    // pool runs out of after 50, every later page then hanging. Destroyed, its socket goes back (a no-op once read).
+    body.destroy();
   } catch (error) {
     if (error instanceof NoSuchKey || (error instanceof S3ServiceException && error.name === 'NoSuchKey')) {
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('Not found\n');

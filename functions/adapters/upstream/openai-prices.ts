@@ -30,7 +30,11 @@ export class OpenAiCompatiblePrices implements PriceSource {
       headers: { accept: 'application/json', ...(key === null ? {} : { authorization: `Bearer ${key}` }) },
       signal: target.signal ?? AbortSignal.timeout(TIMEOUT_MS),
     });
-    if (!response.ok) throw new Error(`price list: upstream answered ${response.status}`);
+    if (!response.ok) {
+      // Read no further, and let the connection go now rather than when the body is collected.
+      await response.body?.cancel();
+      throw new Error(`price list: upstream answered ${response.status}`);
+    }
     return parsePriceList(JSON.parse(await boundedText(response, MAX_BODY_BYTES)));
   }
 }

@@ -9,8 +9,17 @@ import { deployment } from '#test/fixtures.ts';
 let server: Server;
 let baseUrl: string;
 let padding = 0;
+/** Whether the next answer is an error whose body never ends, and when its connection closed. */
+let failing = false;
+let failedClosed: Promise<void> = Promise.resolve();
 beforeAll(async () => {
   server = createServer((_req, res) => {
+    if (failing) {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.write('{"error":{"message":"busy"');
+      failedClosed = new Promise((resolve) => res.once('close', () => resolve()));
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.write('{"data":[{"id":"m","pricing":{"prompt":"0.000001","completion":"0.000002"}}]');
     // Whitespace is valid JSON: a list this long is as well-formed as it is oversized.
@@ -35,6 +44,17 @@ describe('OpenAiCompatiblePrices', () => {
   it('reads a chunked price list', async () => {
     padding = 0;
     expect((await prices())?.get('m')).toEqual({ input: 1, output: 2 });
+  });
+
+  it('lets the connection of an error answer go at once, not when its body is collected', async () => {
+    failing = true;
+    try {
+      await expect(prices()).rejects.toThrow('price list: upstream answered 500');
+      // The body never ends: only our side closing the connection ends the wait.
+      await failedClosed;
+    } finally {
+      failing = false;
+    }
   });
 
   it('refuses a chunked price list past 8 MiB, which states no length to check first', async () => {
