@@ -32,9 +32,21 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
-import { type AccountingTables, DynamoAccounting } from '#adapters/dynamo-accounting.ts';
+import {
+  type AccountingTables,
+  DynamoAccounting,
+  QuotaError,
+  TopUpReferenceError,
+} from '#adapters/dynamo-accounting.ts';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
-import { MAX_BALANCE_NANO, MIN_TOP_UP_NANO } from '#core/accounting.ts';
+import { RegistryConflictError } from '#adapters/dynamo-registry.ts';
+import { RegistryFileError } from '#adapters/registry-file.ts';
+import {
+  BalanceCeilingError,
+  MAX_BALANCE_NANO,
+  MIN_TOP_UP_NANO,
+  TopUpAmountError,
+} from '#core/accounting.ts';
 import { DIMENSIONS, type Dimension, type QuotaChange, quotaProblem } from '#core/limits.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { planSettlement } from '#core/settlement.ts';
@@ -72,7 +84,8 @@ const target = (env: NodeJS.ProcessEnv): Target => {
     buckets: env[tables.buckets.envVar],
     usage: env[tables.usage.envVar],
   };
-  if (fromEnv.accounts) {
+  // Any one of them set means a deployed stage is meant: the local stack is never written instead.
+  if (Object.values(fromEnv).some((v) => v)) {
     const missing = Object.entries(fromEnv).find(([, v]) => !v);
     if (missing) {
       throw new UsageError(
@@ -310,6 +323,20 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
   }
 };
 
+/**
+ * A value the command refused (exit 2, as the README says): the operator's to change, not the store's to retry — its
+ * arguments, or what the store said of them (a payment reference credited otherwise, a wallet past its ceiling, a
+ * quota the buckets cannot hold, a registry file it refused, a model or deployment missing or already there).
+ */
+const refused = (error: unknown): boolean =>
+  error instanceof UsageError ||
+  error instanceof TopUpReferenceError ||
+  error instanceof TopUpAmountError ||
+  error instanceof BalanceCeilingError ||
+  error instanceof QuotaError ||
+  error instanceof RegistryFileError ||
+  error instanceof RegistryConflictError;
+
 if (import.meta.main) {
   try {
     console.log(await run(process.argv.slice(2)));
@@ -325,6 +352,6 @@ if (import.meta.main) {
     console.error(
       transient ? `${message || 'the store could not be reached'} (temporary: run it again)` : message,
     );
-    process.exit(error instanceof UsageError ? EXIT_USAGE : transient ? EXIT_TRANSIENT : EXIT_FAILED);
+    process.exit(refused(error) ? EXIT_USAGE : transient ? EXIT_TRANSIENT : EXIT_FAILED);
   }
 }

@@ -77,6 +77,14 @@ interface Target {
 const target = (env: NodeJS.ProcessEnv): Target => {
   const table = env[tables.registry.envVar];
   if (table) return { client: {}, table, simulatorUrl: env.SIMULATOR_URL, local: false };
+  // The accounting tables named mean a deployed stage: its registry is not to be mistaken for the local stack's.
+  const stageTables = [tables.accounts, tables.wallet, tables.buckets, tables.usage].filter(
+    (t) => env[t.envVar],
+  );
+  if (stageTables.length > 0)
+    throw new UsageError(
+      `Set ${tables.registry.envVar} too: ${stageTables.map((t) => t.envVar).join(', ')} name a deployed stage.`,
+    );
   const stack = readStackFile();
   if (stack) {
     return {
@@ -167,7 +175,9 @@ export const runRegistryCommand = async (
         warnEnvKeyRefs(parsedFile.deployments, where, warn);
         const plan = planLoad(await current(), parsedFile, { replace: values.replace ?? false });
         if (plan.conflicts.length > 0) {
-          throw new Error(`${file} cannot be loaded:\n${plan.conflicts.map((c) => `  ${c}`).join('\n')}`);
+          throw new UsageError(
+            `${file} cannot be loaded:\n${plan.conflicts.map((c) => `  ${c}`).join('\n')}`,
+          );
         }
         await registry.put(plan.models, plan.deployments);
         return [
@@ -213,7 +223,7 @@ export const runRegistryCommand = async (
       case 'models show': {
         const id = need(0, 'MODEL_ID');
         const model = await registry.getModel(id);
-        if (!model) throw new Error(`no model "${id}"`);
+        if (!model) throw new UsageError(`no model "${id}"`);
         return JSON.stringify(model, null, 2);
       }
       case 'models add': {
@@ -224,7 +234,7 @@ export const runRegistryCommand = async (
         const model = parseEntry<Model>(modelSchema, doc, 'model');
         const contents = await current();
         if (contents.models.some((m) => m.id === model.id)) {
-          throw new Error(`model "${model.id}" already exists (models update changes it)`);
+          throw new UsageError(`model "${model.id}" already exists (models update changes it)`);
         }
         const merged = { models: [...contents.models, model], deployments: contents.deployments };
         refuseIssues(merged, 'model', contents.models.length, warn, () => false);
@@ -237,7 +247,7 @@ export const runRegistryCommand = async (
         const contents = await current();
         const index = contents.models.findIndex((m) => m.id === id);
         const existing = contents.models[index];
-        if (!existing) throw new Error(`no model "${id}"`);
+        if (!existing) throw new UsageError(`no model "${id}"`);
         const model = parseEntry<Model>(modelSchema, applyPatch(existing, patch, id), 'model');
         const models = contents.models.with(index, model);
         refuseIssues(
@@ -260,7 +270,7 @@ export const runRegistryCommand = async (
       case 'deployments list': {
         const { models, deployments } = await current();
         if (values.model && !models.some((m) => m.id === values.model)) {
-          throw new Error(`no model "${values.model}"`);
+          throw new UsageError(`no model "${values.model}"`);
         }
         const rows = deployments
           .filter((d) => (values.all || d.status === 'active') && (!values.model || d.model === values.model))
@@ -285,14 +295,16 @@ export const runRegistryCommand = async (
       case 'deployments show': {
         const id = need(0, 'DEPLOYMENT_ID');
         const deployment = await registry.findDeployment(id);
-        if (!deployment) throw new Error(`no deployment "${id}"`);
+        if (!deployment) throw new UsageError(`no deployment "${id}"`);
         return JSON.stringify(deployment, null, 2);
       }
       case 'deployments add': {
         const deployment = parseEntry<Deployment>(deploymentSchema, readDocument(values), 'deployment');
         const contents = await current();
         if (contents.deployments.some((d) => d.id === deployment.id)) {
-          throw new Error(`deployment "${deployment.id}" already exists (deployments update changes it)`);
+          throw new UsageError(
+            `deployment "${deployment.id}" already exists (deployments update changes it)`,
+          );
         }
         const merged = { models: contents.models, deployments: [...contents.deployments, deployment] };
         refuseIssues(merged, 'deployment', contents.deployments.length, warn, () => false);
@@ -306,10 +318,10 @@ export const runRegistryCommand = async (
         const contents = await current();
         const index = contents.deployments.findIndex((d) => d.id === id);
         const existing = contents.deployments[index];
-        if (!existing) throw new Error(`no deployment "${id}"`);
+        if (!existing) throw new UsageError(`no deployment "${id}"`);
         const doc = applyPatch(existing, patch, id);
         if (isObject(doc) && doc.model !== existing.model) {
-          throw new Error(
+          throw new UsageError(
             `model: deployment "${id}" belongs to model "${existing.model}" and cannot move to another model ` +
               '(retire it and add a deployment with another id)',
           );
@@ -324,7 +336,7 @@ export const runRegistryCommand = async (
       case 'deployments retire': {
         const id = need(0, 'DEPLOYMENT_ID');
         const found = await registry.findDeployment(id);
-        if (!found) throw new Error(`no deployment "${id}"`);
+        if (!found) throw new UsageError(`no deployment "${id}"`);
         const deployment = await registry.retireDeployment(found);
         warn(`retired deployment ${id}; ${VISIBILITY_NOTE}`);
         return JSON.stringify(deployment, null, 2);
@@ -356,7 +368,7 @@ const readText = (file: string): string => {
   try {
     return readFileSync(file, 'utf8');
   } catch (error) {
-    throw new Error(`cannot read ${file}: ${error instanceof Error ? error.message : String(error)}`);
+    throw new UsageError(`cannot read ${file}: ${error instanceof Error ? error.message : String(error)}`);
   }
 };
 
@@ -378,14 +390,16 @@ const readDocument = (values: { json?: string | undefined; file?: string | undef
   try {
     return JSON.parse(text);
   } catch (error) {
-    throw new Error(`the document is not JSON: ${error instanceof Error ? error.message : String(error)}`);
+    throw new UsageError(
+      `the document is not JSON: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
 };
 
 const parseEntry = <T>(schema: z.ZodType<T, unknown>, doc: unknown, what: string): T => {
   const parsed = schema.safeParse(doc);
   if (!parsed.success) {
-    throw new Error(
+    throw new UsageError(
       `invalid ${what}:\n${issueList(parsed.error)
         .map((issue) => `  ${issue}`)
         .join('\n')}`,
@@ -402,8 +416,8 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
  * else replaces it. The id is the entry's identity and cannot change.
  */
 const applyPatch = (entry: object, patch: unknown, id: string): unknown => {
-  if (!isObject(patch)) throw new Error('the update must be a JSON object of the fields to change');
-  if (patch.id !== undefined && patch.id !== id) throw new Error(`id: "${id}" cannot be renamed`);
+  if (!isObject(patch)) throw new UsageError('the update must be a JSON object of the fields to change');
+  if (patch.id !== undefined && patch.id !== id) throw new UsageError(`id: "${id}" cannot be renamed`);
   return mergePatch(entry, patch);
 };
 
@@ -447,7 +461,7 @@ const refuseIssues = (
   const { errors, warnings } = checkRegistry(registry);
   const refused = errors.filter(relevant);
   if (refused.length > 0)
-    throw new Error(`invalid ${subject}:\n${refused.map((e) => `  ${text(e)}`).join('\n')}`);
+    throw new UsageError(`invalid ${subject}:\n${refused.map((e) => `  ${text(e)}`).join('\n')}`);
   const own = (issue: RegistryIssue) => issue.collection === collection && issue.index === index;
   for (const warning of warnings.filter(own)) warn(`warning: ${text(warning)}`);
 };

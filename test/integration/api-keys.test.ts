@@ -58,6 +58,12 @@ describe('API keys through the admin CLI', () => {
       ).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining(message) });
     }
     expect(await balance()).toBe(before);
+    // A payment reference already credited with another amount is refused too: the operator's to fix, not to retry.
+    await expect(admin('wallet', 'topup', accountId, '7', '--reference', 'pay_ada_1')).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('pay_ada_1 was already credited'),
+    });
+    expect(await balance()).toBe(before);
     // Nine decimals are the ledger's own precision: credited to the nano-dollar. Through a float this one
     // came out 1 nano-dollar high.
     const nano = (usd: string) => Number(usd.replace('.', ''));

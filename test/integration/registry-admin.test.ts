@@ -136,7 +136,7 @@ describe('the registry through the admin CLI', () => {
       keyRefs: ['env:PROVIDER_B_KEY'],
       cost: { input: 0.2, output: 0.72 },
     });
-    expect(await admin('models', 'show', 'famZ')).toMatchObject({ code: 1, stderr: 'no model "famZ"' });
+    expect(await admin('models', 'show', 'famZ')).toMatchObject({ code: 2, stderr: 'no model "famZ"' });
   });
 
   it('adds a model and its deployment, refusing an existing id and a deployment of an unknown model', async () => {
@@ -151,7 +151,7 @@ describe('the registry through the admin CLI', () => {
     expect(JSON.parse(ok(added))).toMatchObject({ ...model, status: 'active', flags: {} });
     expect(added.stderr).toContain('has no active deployment');
     expect(await admin('models', 'add', '--json', JSON.stringify(model))).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: 'model "famB-5.3-flash" already exists (models update changes it)',
     });
 
@@ -172,13 +172,13 @@ describe('the registry through the admin CLI', () => {
       weight: 1,
     });
     expect(await admin('deployments', 'add', '--file', file)).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: expect.stringContaining('already exists'),
     });
 
     const orphan = { ...deployment, id: 'famZ@provider-c', model: 'famZ' };
     expect(await admin('deployments', 'add', '--json', JSON.stringify(orphan))).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: 'invalid deployment:\n  model: unknown model "famZ"',
     });
     const wrongAdapter = {
@@ -189,12 +189,12 @@ describe('the registry through the admin CLI', () => {
       cost: { input: 0.01 },
     };
     expect(await admin('deployments', 'add', '--json', JSON.stringify(wrongAdapter))).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: expect.stringContaining('adapter: the anthropic adapter serves chat models only'),
     });
     const badUrl = { ...deployment, id: 'famB-5.3-flash@bad', baseUrl: 'nope' };
     expect(await admin('deployments', 'add', '--json', JSON.stringify(badUrl))).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: 'invalid deployment:\n  baseUrl: Invalid URL',
     });
   });
@@ -207,7 +207,7 @@ describe('the registry through the admin CLI', () => {
     expect(
       await admin('models', 'update', 'famA-v4.1-flash', '--json', '{"rates":{"output":null}}'),
     ).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: 'invalid model:\n  rates.output: chat models need an output rate',
     });
     // A change of kind is checked against the model's deployments too.
@@ -220,17 +220,17 @@ describe('the registry through the admin CLI', () => {
         '{"kind":"embedding","rates":{"output":null}}',
       ),
     ).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: expect.stringContaining(
         'deployment "famA-v4.1-flash@provider-b".adapter: the anthropic adapter serves chat models only',
       ),
     });
     expect(await admin('models', 'update', 'famQ', '--json', '{"family":"famQ"}')).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: 'no model "famQ"',
     });
     expect(await admin('models', 'update', 'famA-v4.1-flash', '--json', '{"id":"famA-v5"}')).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: 'id: "famA-v4.1-flash" cannot be renamed',
     });
 
@@ -249,9 +249,9 @@ describe('the registry through the admin CLI', () => {
     expect(deployment.timeouts).toBeUndefined();
     expect(
       await admin('deployments', 'update', 'famA-v4.1-flash@provider-a', '--json', '{"model":"svc-embed"}'),
-    ).toMatchObject({ code: 1, stderr: expect.stringMatching(/^model: .* cannot move to another model/) });
+    ).toMatchObject({ code: 2, stderr: expect.stringMatching(/^model: .* cannot move to another model/) });
     expect(await admin('deployments', 'update', 'nope@x', '--json', '{"priority":1}')).toMatchObject({
-      code: 1,
+      code: 2,
       stderr: 'no deployment "nope@x"',
     });
   });
@@ -268,7 +268,7 @@ describe('the registry through the admin CLI', () => {
     expect(
       rows(ok(await admin('deployments', 'list', '--model', 'famA-v4.1-flash'))).map((r) => r[0]),
     ).toEqual(['famA-v4.1-flash@provider-a', 'famA-v4.1-flash@local-simulator']);
-    expect(await admin('models', 'retire', 'famQ')).toMatchObject({ code: 1, stderr: 'no model "famQ"' });
+    expect(await admin('models', 'retire', 'famQ')).toMatchObject({ code: 2, stderr: 'no model "famQ"' });
   });
 
   it('exports a registry file that loads into another registry and exports the same again', async () => {
@@ -331,7 +331,7 @@ describe('the registry through the admin CLI', () => {
     example.deployments[1].model = 'famZ';
     example.deployments[3].baseUrl = 'api.provider-a.example/v1';
     const refused = await admin('registry', 'load', writeJson('bad.json', example), '--replace');
-    expect(refused.code).toBe(1);
+    expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('is not a valid registry file:');
     expect(refused.stderr).toContain('deployments[1].model: unknown model "famZ"');
     expect(refused.stderr).toContain('deployments[3].baseUrl: Invalid URL');
@@ -576,6 +576,24 @@ describe('the admin CLI’s exit status, for a script that retries', () => {
         resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
       });
     });
+
+  const withEnv = (vars: Record<string, string>, ...args: string[]): Promise<Run> =>
+    new Promise((resolve) => {
+      const env = childEnv({ ...LOCAL_AWS_ENV, ...vars, LOCAL_STACK_FILE: join(dir, 'no-stack.json') });
+      execFile(process.execPath, ['bin/admin.ts', ...args], { cwd: ROOT, env }, (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
+        resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
+      });
+    });
+
+  it('refuses (2) a stage named by some of its tables only, never writing the local stack instead', async () => {
+    const partial = await withEnv({ WALLET_TABLE: 'svc-prod-wallet' }, 'accounts', 'show', 'acct_x');
+    expect(partial).toMatchObject({ code: 2, stdout: '' });
+    expect(partial.stderr).toContain('missing accounts');
+    const registry = await withEnv({ ACCOUNTS_TABLE: 'svc-prod-accounts' }, 'models', 'list');
+    expect(registry).toMatchObject({ code: 2, stdout: '' });
+    expect(registry.stderr).toContain('Set REGISTRY_TABLE too: ACCOUNTS_TABLE name a deployed stage.');
+  });
 
   it('exits 75 when the store cannot be reached (run it again), 1 when the command cannot succeed', async () => {
     // Port 9 (discard): nothing listens on loopback.
