@@ -81,6 +81,8 @@ export const launchedOnLoopback = (args: readonly string[], classDir: string): s
     throw new Error(`DynamoDB Local's command line has no -jar: ${args.join(' ')}`);
   return [
     ...args.slice(0, at),
+    // Exit when the host's pipe to its stdin closes: the host is gone (LoopbackDynamoDbLocal.exitWithHost).
+    '-Dsvc.exitWithHost=true',
     '-cp',
     `${jar}${delimiter}${classDir}`,
     LAUNCHER_CLASS,

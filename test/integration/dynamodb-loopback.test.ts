@@ -55,6 +55,7 @@ describe('the loopback launcher', () => {
       ),
     ).toEqual([
       '-Djava.library.path=lib',
+      '-Dsvc.exitWithHost=true',
       '-cp',
       `a/DynamoDBLocal.jar${delimiter}/c`,
       'LoopbackDynamoDbLocal',
