@@ -8,7 +8,7 @@ import {
 } from '#core/chat.ts';
 import { affordableCompletionTokens, worstCaseChatCost } from '#core/pricing.ts';
 import type { Deployment } from '#core/registry.ts';
-import type { ChatCompletionResult, ChatStream, UpstreamCall } from '#core/upstream.ts';
+import type { ChatCompletionResult, ChatStream, StreamMode, UpstreamCall } from '#core/upstream.ts';
 import { openAiChatUsage, type Usage, withinCompletionLimit } from '#core/usage.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { JSON_HEADERS } from '#http/handler.ts';
@@ -84,14 +84,16 @@ export const createHandler = (container: () => Container) =>
         ...billed,
         cycleKeys: false,
         // A deployment seen not to stream serves a stream with a whole reply: only when those that stream cannot.
-        lastly: (d) => streamsWhole(c, d),
+        lastly: (d) => streamMode(c, d) === 'whole',
         attempt: (d, k, signal) => {
-          const provider = c.provider(d.adapter, 'chat');
-          if (provider.streamsWhole?.(d)) call.wholeReplyFrom(d.id);
-          return provider.stream(upstream(d, k, signal)).then((opened) => {
-            if (opened.whole) call.wholeReplyFrom(d.id);
-            return opened;
-          });
+          if (streamMode(c, d) !== 'stream') call.wholeReplyFrom(d.id);
+          return c
+            .provider(d.adapter, 'chat')
+            .stream(upstream(d, k, signal))
+            .then((opened) => {
+              if (opened.whole) call.wholeReplyFrom(d.id);
+              return opened;
+            });
         },
         discard: (opened) => opened.close(),
       });
@@ -114,12 +116,12 @@ export const createHandler = (container: () => Container) =>
 
 export const handler = createHandler(containerFromEnv);
 
-/** Whether a stream to the deployment now asks for a whole reply; not where its adapter has no chat (that fails over). */
-const streamsWhole = (c: Container, deployment: Deployment): boolean => {
+/** How a stream to the deployment is made now; `stream` where its adapter has no chat (the attempt fails over). */
+const streamMode = (c: Container, deployment: Deployment): StreamMode => {
   try {
-    return c.provider(deployment.adapter, 'chat').streamsWhole?.(deployment) === true;
+    return c.provider(deployment.adapter, 'chat').streamMode?.(deployment) ?? 'stream';
   } catch {
-    return false;
+    return 'stream';
   }
 };
 

@@ -27,11 +27,11 @@ const listingOf = (catalog: Catalog): unknown => {
 export const createHandler = (container: () => Container) =>
   httpHandler(
     async (event) => {
-      const c = container();
       const path = withoutTrailingSlashes(event.rawPath);
       // A path this function does not serve is refused before the key is looked at, as the routers refuse it.
       if (path !== '/v1/models' && !path.startsWith('/v1/models/'))
         throw new RouteNotFoundError(event.requestContext.http.method, event.rawPath);
+      const c = container();
       await c.gateway.authenticateOnly(header(event, 'authorization'));
       const catalog = await c.registry.catalog();
       let body: unknown;

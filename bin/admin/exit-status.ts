@@ -52,6 +52,9 @@ export const isTransient = (error: unknown, depth = 0): boolean => {
   if (typeof status === 'number' && (status >= 500 || status === 429)) return true;
   if (typeof e.name === 'string' && TRANSIENT_NAMES.has(e.name)) return true;
   if (typeof e.code === 'string' && TRANSIENT_CODES.has(e.code)) return true;
+  // A transaction another write got in the way of (its reasons say so): the same command may pass when run again.
+  const reasons = (error as { CancellationReasons?: { Code?: unknown }[] }).CancellationReasons;
+  if (Array.isArray(reasons) && reasons.some((r) => r?.Code === 'TransactionConflict')) return true;
   // Node's connection attempts to every address of a host fail together as one AggregateError.
   if (error instanceof AggregateError && error.errors.some((inner) => isTransient(inner, depth + 1)))
     return true;

@@ -117,7 +117,7 @@ const warnEnvKeyRefs = (deployments: readonly Deployment[], where: Target, warn:
 
 /**
  * Runs one registry command; returns what goes to stdout. Warnings (accepted, but probably not meant) go to
- * `warn`; refusals are thrown: `UsageError` for a wrong command line, any other error for a refused change.
+ * `warn`; refusals are thrown as `UsageError` (exit status 2), a wrong command line's and a refused change's alike.
  */
 export const runRegistryCommand = async (
   argv: readonly string[],

@@ -1,4 +1,7 @@
-/** The command line itself is wrong (unknown command, missing argument): exit status 2, with the usage. */
+/**
+ * The command line is wrong (unknown command, missing argument), or a value in it refused (an unknown id, an invalid
+ * file): exit status 2 — running it again changes nothing.
+ */
 export class UsageError extends Error {
   override readonly name = 'UsageError';
 }

@@ -306,8 +306,9 @@ const startDynamoDb = async (options: EmulatorOptions) => {
 
 /**
  * DynamoDB Local JVMs serving `dbPath` (Linux: read from /proc; elsewhere none are found). The JVM runs in its own
- * process group and is stopped from this process's exit hook, which a kill -9 never runs: the JVM outlives it,
- * still serving the DATA_DIR's store.
+ * process group and is stopped from this process's exit hook, which a kill -9 never runs. The loopback launcher then
+ * exits by itself (its stdin's pipe closes); the stock main class, run where no launcher could be built, outlives
+ * the host, still serving the DATA_DIR's store.
  */
 export const storesServing = (dbPath: string): number[] => {
   let entries: string[];

@@ -171,7 +171,7 @@ export const createInstanceServer = (
     {
       keepAliveTimeout: 65_000,
       requestTimeout: options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
-      // A repeated header reaches the function joined with commas, as a Function URL's payload 2.0 has it: Node would
+      // A repeated header reaches the function joined with commas (Node writes ", ", payload 2.0 ","): Node would
       // keep only the first `authorization` or `content-type`, and a call refused on AWS (two keys) be served here.
       joinDuplicateHeaders: true,
       ...(options.checkIntervalMs === undefined

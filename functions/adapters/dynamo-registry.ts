@@ -177,6 +177,8 @@ export class DynamoRegistry {
       );
     } catch (error) {
       if (!(error instanceof TransactionCanceledException)) throw error;
+      // Cancelled by a concurrent write, not by a condition: not a refusal — the same write may pass when run again.
+      if (error.CancellationReasons?.some((r) => r.Code === 'TransactionConflict')) throw error;
       const [model] = error.CancellationReasons ?? [];
       throw new RegistryConflictError(
         model?.Code === 'ConditionalCheckFailed'

@@ -55,7 +55,7 @@ export class CallRecorder {
    */
   firstByteBy: number | null = null;
   #firstByteAt: number | null = null;
-  /** Deployments whose stream attempts in this call were made for a whole reply (`wholeReplyFrom`). */
+  /** Deployments whose stream attempts in this call were timed to a whole reply (`wholeReplyFrom`). */
   #wholeReplies: Set<string> | null = null;
   /** When the handler took the call, to the clock's precision (`receivedAt` is whole milliseconds). */
   readonly #startedAt: number;
@@ -72,8 +72,9 @@ export class CallRecorder {
   }
 
   /**
-   * An attempt of this stream on the deployment was made for, or answered with, a whole reply: its time to the first
-   * event is the generation's, which the client's request decides, as a non-stream call's is — not the deployment's.
+   * An attempt of this stream on the deployment was made for, answered with, or given the time of a whole reply: its
+   * time to the first event, or to its timeout, is the generation's, which the client's request decides, as a
+   * non-stream call's is — not the deployment's.
    */
   wholeReplyFrom(deploymentId: string): void {
     this.#wholeReplies ??= new Set();
@@ -81,7 +82,7 @@ export class CallRecorder {
   }
 
   /** Whether the deployment's attempts in this stream were timed to a whole reply (`wholeReplyFrom`). */
-  repliedWhole(deploymentId: string): boolean {
+  timedToWholeReply(deploymentId: string): boolean {
     return this.#wholeReplies?.has(deploymentId) === true;
   }
 

@@ -16,8 +16,9 @@ import type { Deployment } from './registry.ts';
  * - `server_error`: 5xx; `auth`: 401/403 (our key is bad); `protocol`: unparseable reply.
  * - `rejected`: the upstream refused the request itself (other 4xx); no other deployment will do better.
  * - `unsupported`: this deployment cannot serve the request — its protocol cannot express it (e.g. `n` > 1 on
- *   Anthropic), it is too long for its window, or it does not stream; another deployment may, so routing moves on.
- *   Only when none can does the client get the 400.
+ *   Anthropic), or it is too long for its window or size limits; another deployment may, so routing moves on. Only
+ *   when none can does the client get the 400. (An upstream that does not stream serves a stream from its whole
+ *   reply: ADR 0014.)
  */
 export type FailureKind =
   | 'connect'

@@ -29,9 +29,9 @@ const ANSWERED: ProbeToken = 0;
  */
 const timesFirstByte = (call: CallRecorder): boolean => call.stream || call.endpoint === 'audio.speech';
 
-/** Whether a deployment's attempt was timed to its first byte: not a stream's made for a whole reply. */
-const servedFirstByte = (call: CallRecorder, deploymentId: string): boolean =>
-  timesFirstByte(call) && !call.repliedWhole(deploymentId);
+/** Whether a deployment's attempts in this call were timed to their first byte: not a stream's timed to a whole reply. */
+const timedToFirstByte = (call: CallRecorder, deploymentId: string): boolean =>
+  timesFirstByte(call) && !call.timedToWholeReply(deploymentId);
 
 /** The plan with the deployments `lastly` picks moved after the others, each group in its order. */
 const putLast = (
@@ -290,7 +290,7 @@ export class Gateway {
         health.record(
           served.deployment.id,
           'ok',
-          servedFirstByte(call, served.deployment.id) ? (answered?.ms ?? null) : null,
+          timedToFirstByte(call, served.deployment.id) ? (answered?.ms ?? null) : null,
           probe,
         );
         this.#probes.set(call, new Map(probes).set(served.deployment.id, ANSWERED));
@@ -329,12 +329,11 @@ export class Gateway {
         }
         // A failed attempt's time speaks of the deployment only where its timeout was the first byte's: a non-stream
         // call's timeout also runs while the reply is generated, as long as the client's answer needs.
-        const timed = timesFirstByte(call);
         for (const a of verdicts.values())
           health.record(
             a.deployment,
             a.outcome,
-            timed && !call.repliedWhole(a.deployment) ? a.ms : null,
+            timedToFirstByte(call, a.deployment) ? a.ms : null,
             probes.get(a.deployment) ?? null,
           );
         // A probe whose request ended before its attempt did (the client went away) leaves no verdict.
@@ -358,7 +357,7 @@ export class Gateway {
     const probe = this.#probes.get(call)?.get(served.deployment) ?? null;
     // A non-stream reply's time is its whole generation's, which the client's request decides: not the
     // deployment's latency (health.ts `record`).
-    const firstByteMs = servedFirstByte(call, served.deployment) ? served.ms : null;
+    const firstByteMs = timedToFirstByte(call, served.deployment) ? served.ms : null;
     const broke = outcome === 'stream_interrupted';
     // An answered probe's success is counted (route): only its stream breaking is news.
     if (probe === ANSWERED) {

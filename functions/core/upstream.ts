@@ -61,15 +61,20 @@ export interface ChatStream extends AsyncIterable<ChatStreamEvent> {
   promptUsage?(): Pick<Usage, 'promptTokens' | 'cachedPromptTokens'> | null;
 }
 
+/** How a stream call to a deployment is made (ChatProvider.streamMode). */
+export type StreamMode = 'stream' | 'whole' | 'recheck';
+
 export interface ChatProvider {
   complete(call: UpstreamCall): Promise<ChatCompletionResult>;
   /** Resolves once the first event has arrived; throws `UpstreamFailure` if it never does. */
   stream(call: UpstreamCall): Promise<ChatStream>;
   /**
-   * Whether a stream call to this deployment now asks for a whole reply (its upstream was seen not to stream): a
-   * stream is routed to it after the deployments that stream, and its time is the generation's, not a first byte's.
+   * How a stream call to this deployment is made now (none: always `stream`). `whole`: its upstream was seen not to
+   * stream, so the call asks for the whole reply — a stream is routed to it after the deployments that stream.
+   * `recheck`: seen so a while ago, it is asked to stream again, but may answer whole. Either way the attempt's time
+   * is the generation's, not a first byte's.
    */
-  streamsWhole?(deployment: Deployment): boolean;
+  streamMode?(deployment: Deployment): StreamMode;
 }
 
 /** Which deployment and key an attempt uses; shared by every endpoint's upstream call. */

@@ -531,7 +531,8 @@ const OUT_OF_CREDIT = /credit balance is too low/i;
 
 /**
  * Routing's reading of an Anthropic error status (and the `error.type` and message of its body):
- * - 529 `overloaded_error` and 429 `rate_limit_error` → `overloaded`: busy, try another deployment.
+ * - 529 `overloaded_error` → `overloaded`: busy, try another deployment.
+ * - 429 `rate_limit_error` → `rate_limited`: our key's rate limit, which the deployment's next key may not share.
  * - 401 `authentication_error`, 403 `permission_error`, 402 `billing_error`, and the 400 that says our account is
  *   out of credit → `auth`: our key or account is at fault, so the deployment's next key is tried.
  * - 500 `api_error` and other 5xx, 404 (wrong model or base URL), 408, 409 → `server_error`.
@@ -641,12 +642,19 @@ export const anthropicStatusFailure = (
   );
 };
 
-/** An `error` event inside a stream: overloads stay overloads, anything else is a server error. */
+/**
+ * An `error` event inside a stream: overloads stay overloads, a rate limit our key's (as their statuses read), anything
+ * else is a server error.
+ */
 const streamErrorFailure = (event: Json): UpstreamFailure => {
   const error = (event.error ?? {}) as { type?: unknown; message?: unknown };
   const type = typeof error.type === 'string' ? error.type : null;
   return new UpstreamFailure(
-    type === 'overloaded_error' ? 'overloaded' : 'server_error',
+    type === 'overloaded_error'
+      ? 'overloaded'
+      : type === 'rate_limit_error'
+        ? 'rate_limited'
+        : 'server_error',
     `upstream stream error${type ? ` (${type})` : ''}`,
     {
       upstreamError:

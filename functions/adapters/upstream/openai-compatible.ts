@@ -5,12 +5,13 @@ import type {
   ChatProvider,
   ChatStream,
   ChatStreamEvent,
+  StreamMode,
   UpstreamCall,
 } from '#core/upstream.ts';
 import { parseOpenAiUsage } from '#core/usage.ts';
 import { statusFailure } from './http.ts';
 import { type OpenAiHttp, openWithinFirstByte, parseJsonObject, readJsonObject } from './openai-http.ts';
-import { sseData, UpstreamEvents } from './sse.ts';
+import { type EventLimit, MAX_EVENT_LENGTH, sseData, UpstreamEvents } from './sse.ts';
 import { chatCompletionOf, KeptBody, WholeReplyStream } from './whole-reply-stream.ts';
 
 /**
@@ -64,8 +65,10 @@ export class OpenAiCompatibleChat implements ChatProvider {
       const kept = /^application\/json\b/i.test(String(response.headers['content-type'] ?? ''))
         ? new KeptBody(response.body, MAX_REPLY_BYTES)
         : null;
-      // A whole reply reads as one unfinished event: it may be as large as any reply.
-      const events = kept ? sseData(kept, MAX_REPLY_BYTES) : sseData(response.body);
+      // A whole reply reads as one unfinished event: it may be as large as any reply, until an event shows the body a
+      // stream, whose events are then held to the usual limit.
+      const limit: EventLimit | undefined = kept ? { maxEventLength: MAX_REPLY_BYTES } : undefined;
+      const events = sseData(kept ?? response.body, limit);
       let first = await events.next();
       // Empty keep-alive objects before the first chunk commit nothing: the first-byte timeout still runs.
       while (!first.done && EMPTY_OBJECT.test(first.value)) first = await events.next();
@@ -82,6 +85,7 @@ export class OpenAiCompatibleChat implements ChatProvider {
         return new WholeReplyStream(completion);
       }
       kept?.letGo();
+      if (limit) limit.maxEventLength = MAX_EVENT_LENGTH;
       if (first.done || first.value === '[DONE]') {
         throw new UpstreamFailure('dropped', 'upstream stream ended before its first event');
       }
@@ -94,9 +98,9 @@ export class OpenAiCompatibleChat implements ChatProvider {
     });
   }
 
-  streamsWhole(deployment: Deployment): boolean {
+  streamMode(deployment: Deployment): StreamMode {
     const until = this.#notStreaming.get(deployment.id);
-    return until !== undefined && until > this.#now();
+    return until === undefined ? 'stream' : until > this.#now() ? 'whole' : 'recheck';
   }
 
   /**

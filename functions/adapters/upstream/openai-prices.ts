@@ -32,7 +32,8 @@ export class OpenAiCompatiblePrices implements PriceSource {
     });
     if (!response.ok) {
       // Read no further, and let the connection go now rather than when the body is collected.
-      await response.body?.cancel();
+      // (A connection reset meanwhile is no news: the status is.)
+      await response.body?.cancel().catch(() => {});
       throw new Error(`price list: upstream answered ${response.status}`);
     }
     return parsePriceList(JSON.parse(await boundedText(response, MAX_BODY_BYTES)));
@@ -42,7 +43,7 @@ export class OpenAiCompatiblePrices implements PriceSource {
 /** The body as text, refused past `limit` bytes — a chunked reply states no length to check first. */
 const boundedText = async (response: Response, limit: number): Promise<string> => {
   if (Number(response.headers.get('content-length') ?? 0) > limit) {
-    await response.body?.cancel();
+    await response.body?.cancel().catch(() => {});
     throw new Error('price list: response too large');
   }
   const chunks: Uint8Array[] = [];

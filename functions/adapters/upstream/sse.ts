@@ -14,7 +14,7 @@ import { transportFailure } from './http.ts';
  */
 export async function* sseData(
   body: AsyncIterable<Uint8Array>,
-  maxEventLength = MAX_EVENT_LENGTH,
+  limit: EventLimit = DEFAULT_EVENT_LIMIT,
 ): AsyncGenerator<string, void, undefined> {
   const decoder = new TextDecoder();
   // The unfinished event: its pieces, joined only once the event ends (appending to one string would have V8
@@ -43,7 +43,7 @@ export async function* sseData(
       pendingLength += text.length;
       // Tiny chunks would cost more in string headers than in text: fold them now and then.
       if (pieces.length > MAX_PIECES) pieces = [pieces.join('')];
-      if (pendingLength > maxEventLength) throw tooLong(maxEventLength);
+      if (pendingLength > limit.maxEventLength) throw tooLong(limit.maxEventLength);
       continue;
     }
     const pending = pieces.length === 0 ? text : pieces.join('') + text;
@@ -58,7 +58,7 @@ export async function* sseData(
     const rest = pending.slice(start);
     pieces = rest === '' ? [] : [rest];
     pendingLength = rest.length;
-    if (pendingLength > maxEventLength) throw tooLong(maxEventLength);
+    if (pendingLength > limit.maxEventLength) throw tooLong(limit.maxEventLength);
   }
   const pending = pieces.join('') + decoder.decode().replace(/\r\n?/g, '\n');
   const last = pending.trim() === '' ? null : eventData(pending);
@@ -76,7 +76,17 @@ const tooLong = (limit: number): UpstreamFailure =>
 const MAX_PIECES = 1024;
 
 /** Longest event accepted: far beyond any real chunk (a large tool-call delta is kilobytes). */
-const MAX_EVENT_LENGTH = 8 * 1024 * 1024;
+export const MAX_EVENT_LENGTH = 8 * 1024 * 1024;
+
+/**
+ * The longest event `sseData` takes, read as each piece comes: a reader may lower it once the body has shown itself
+ * an event stream (a body that may be a whole reply reads as one event until then).
+ */
+export interface EventLimit {
+  maxEventLength: number;
+}
+
+const DEFAULT_EVENT_LIMIT: Readonly<EventLimit> = Object.freeze({ maxEventLength: MAX_EVENT_LENGTH });
 
 const eventData = (event: string): string | null => {
   if (event.startsWith('data: ') && !event.includes('\n', 6)) return event.slice(6);

@@ -1205,6 +1205,7 @@ describe('MessagesStreamTranslator', () => {
 
   it.each([
     ['overloaded_error', 'overloaded'],
+    ['rate_limit_error', 'rate_limited'],
     ['api_error', 'server_error'],
   ])(
     'throws an error event (%s) before any content as a failure of kind %s, nothing yet given out',

@@ -85,11 +85,24 @@ describe('sseData', () => {
     }
     const out: string[] = [];
     const reading = (async () => {
-      for await (const data of sseData(endless(), 16 * 1024)) out.push(data);
+      for await (const data of sseData(endless(), { maxEventLength: 16 * 1024 })) out.push(data);
     })();
     await expect(reading).rejects.toBeInstanceOf(UpstreamFailure);
     await expect(reading).rejects.toMatchObject({ kind: 'protocol' });
     expect(out).toEqual([]);
+  });
+
+  it('holds the events after the first to a limit lowered meanwhile (a body that showed itself a stream)', async () => {
+    const limit = { maxEventLength: 64 * 1024 };
+    async function* source() {
+      yield new TextEncoder().encode(`data: ${'a'.repeat(40_000)}\n\n`);
+      yield new TextEncoder().encode(`data: ${'b'.repeat(40_000)}`);
+      yield new TextEncoder().encode('\n\n');
+    }
+    const events = sseData(source(), limit);
+    expect((await events.next()).value).toHaveLength(40_000);
+    limit.maxEventLength = 16 * 1024;
+    await expect(events.next()).rejects.toMatchObject({ kind: 'protocol' });
   });
 
   it('still takes events up to the limit, however they are chunked', async () => {
@@ -99,7 +112,7 @@ describe('sseData', () => {
       for (const chunk of chunks) yield new TextEncoder().encode(chunk);
     }
     const out: string[] = [];
-    for await (const data of sseData(source(), 16 * 1024)) out.push(data);
+    for await (const data of sseData(source(), { maxEventLength: 16 * 1024 })) out.push(data);
     expect(out).toEqual([big, 'after']);
   });
 });

@@ -260,13 +260,13 @@ describe("the adapter's memory of a deployment that does not stream", () => {
     const { http, asked } = upstream();
     let now = 0;
     const chat = new OpenAiCompatibleChat(http, () => now);
-    expect(chat.streamsWhole(call.deployment)).toBe(false);
+    expect(chat.streamMode(call.deployment)).toBe('stream');
     expect((await chat.stream(call)).whole).toBe(true);
-    expect(chat.streamsWhole(call.deployment)).toBe(true);
+    expect(chat.streamMode(call.deployment)).toBe('whole');
     now += 10 * 60_000 - 1;
     expect((await chat.stream(call)).whole).toBe(true);
     now += 1;
-    expect(chat.streamsWhole(call.deployment)).toBe(false);
+    expect(chat.streamMode(call.deployment)).toBe('recheck');
     expect((await chat.stream(call)).whole).toBe(true);
     now += 1;
     await chat.stream(call);

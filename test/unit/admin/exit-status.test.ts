@@ -17,6 +17,11 @@ describe('isTransient (exit status 75: run it again)', () => {
       Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9'), { code: 'ECONNREFUSED' }),
       new Error('fetch failed', { cause: Object.assign(new Error('x'), { code: 'ETIMEDOUT' }) }),
       new AggregateError([Object.assign(new Error(''), { code: 'ECONNREFUSED' })], ''),
+      // A transaction cancelled because another write got in the way, not because a condition failed.
+      aws('TransactionCanceledException', {
+        $metadata: { httpStatusCode: 400 },
+        CancellationReasons: [{ Code: 'None' }, { Code: 'TransactionConflict' }],
+      }),
     ])
       expect(isTransient(error), `${error.name}: ${error.message}`).toBe(true);
   });
@@ -25,6 +30,10 @@ describe('isTransient (exit status 75: run it again)', () => {
     for (const error of [
       aws('ResourceNotFoundException', { $metadata: { httpStatusCode: 400 } }),
       aws('ConditionalCheckFailedException', { $metadata: { httpStatusCode: 400 } }),
+      aws('TransactionCanceledException', {
+        $metadata: { httpStatusCode: 400 },
+        CancellationReasons: [{ Code: 'ConditionalCheckFailed' }, { Code: 'None' }],
+      }),
       aws('ValidationException', { $metadata: { httpStatusCode: 400 } }),
       aws('AccessDeniedException', { $metadata: { httpStatusCode: 403 } }),
       new Error('account acct_x not found'),
