@@ -829,6 +829,10 @@ describe('finishReason', () => {
   });
 });
 
+/** Anthropic's 400 `invalid_request_error` with `message`, as routing reads it. */
+const invalidRequest = (message: string) =>
+  anthropicStatusFailure(400, { message, type: 'invalid_request_error', code: null, param: null });
+
 describe('anthropicFailureKind', () => {
   it.each([
     [529, 'overloaded_error', 'overloaded'],
@@ -848,13 +852,9 @@ describe('anthropicFailureKind', () => {
   });
 
   it("reads Anthropic's out-of-credit 400 as our provider account's failure, not the client's request", () => {
-    const failure = anthropicStatusFailure(400, {
-      message:
-        'Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.',
-      type: 'invalid_request_error',
-      code: null,
-      param: null,
-    });
+    const failure = invalidRequest(
+      'Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.',
+    );
     // 'auth': the next deployment is tried, the deployment's health counts it, the client never sees it.
     expect(failure).toMatchObject({ kind: 'auth', status: 400 });
   });
@@ -876,36 +876,23 @@ describe('anthropicFailureKind', () => {
     });
   });
 
-  it('reads a prompt longer than the deployment’s window as its limit, told as context_length_exceeded', () => {
-    const failure = anthropicStatusFailure(400, {
-      message: 'prompt is too long: 208342 tokens > 200000 maximum',
-      type: 'invalid_request_error',
-      code: null,
-      param: null,
-    });
+  it.each([
+    [
+      'a prompt longer than the window',
+      'prompt is too long: 208342 tokens > 200000 maximum',
+      "This model's maximum context length is 200000 tokens. However, your messages resulted in 208342 tokens. Please reduce the length of the messages.",
+    ],
+    [
+      'a prompt whose completion cap does not fit beside it (older models’ words)',
+      'input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again',
+      "This model's maximum context length is 200000 tokens. However, you requested 207951 tokens (199759 in the messages, 8192 in the completion). Please reduce the length of the messages or completion.",
+    ],
+  ])('reads %s as the deployment’s limit, told as context_length_exceeded', (_, said, told) => {
+    const failure = invalidRequest(said);
     // 'unsupported': a deployment with a larger window may serve it; only if none can does the client get this.
     expect(failure).toMatchObject({ kind: 'unsupported', status: 400 });
     expect(failure.upstreamError).toEqual({
-      message:
-        "This model's maximum context length is 200000 tokens. However, your messages resulted in 208342 tokens. Please reduce the length of the messages.",
-      type: 'invalid_request_error',
-      code: 'context_length_exceeded',
-      param: 'messages',
-    });
-  });
-
-  it('reads a prompt whose completion cap does not fit beside it as the window’s limit too (older models’ words)', () => {
-    const failure = anthropicStatusFailure(400, {
-      message:
-        'input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again',
-      type: 'invalid_request_error',
-      code: null,
-      param: null,
-    });
-    expect(failure).toMatchObject({ kind: 'unsupported', status: 400 });
-    expect(failure.upstreamError).toEqual({
-      message:
-        "This model's maximum context length is 200000 tokens. However, you requested 207951 tokens (199759 in the messages, 8192 in the completion). Please reduce the length of the messages or completion.",
+      message: told,
       type: 'invalid_request_error',
       code: 'context_length_exceeded',
       param: 'messages',
@@ -924,35 +911,21 @@ describe('anthropicFailureKind', () => {
       'messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: 7340032 bytes > 5242880 bytes',
       'messages.2.content.0.image.source.base64.data: At least one of the image dimensions exceed max allowed size: 8000 pixels',
     ]) {
-      const image = anthropicStatusFailure(400, {
-        message,
-        type: 'invalid_request_error',
-        code: null,
-        param: null,
-      });
+      const image = invalidRequest(message);
       expect(image.kind).toBe('unsupported');
       expect(image.upstreamError?.message).toMatch(/image/i);
     }
   });
 
   it('matches only the provider’s own words: a message that quotes the request further on stays a rejection', () => {
-    const failure = anthropicStatusFailure(400, {
-      message:
-        'tools.0.custom.name: String should match pattern; got "prompt is too long: 1 tokens > 0 maximum"',
-      type: 'invalid_request_error',
-      code: null,
-      param: null,
-    });
+    const failure = invalidRequest(
+      'tools.0.custom.name: String should match pattern; got "prompt is too long: 1 tokens > 0 maximum"',
+    );
     expect(failure.kind).toBe('rejected');
   });
 
   it('keeps the upstream’s message for the client on a rejection', () => {
-    const failure = anthropicStatusFailure(400, {
-      message: 'messages: roles must alternate',
-      type: 'invalid_request_error',
-      code: null,
-      param: null,
-    });
+    const failure = invalidRequest('messages: roles must alternate');
     expect(failure).toMatchObject({ kind: 'rejected', status: 400 });
     expect(failure.upstreamError?.message).toBe('messages: roles must alternate');
   });

@@ -1,21 +1,12 @@
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { o200kTokenCounter } from '#adapters/tokenizer.ts';
+import { heapAfterCollection } from '#test/heap.ts';
 
 /**
  * What the token counter keeps alive after counting. gpt-tokenizer's merge cache keys are pre-tokens cut from the
  * text, and in V8 a cut of 13 characters or more keeps the string it was cut from: a prompt with a word the cache had
  * not seen stayed in memory as long as the cache held that word. Prompts are counted before admission, from any key.
  */
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
-
-const heapAfterCollection = (): number => {
-  gc();
-  gc();
-  return process.memoryUsage().heapUsed;
-};
 
 /** A 16-letter word no earlier prompt had (not one token: the BPE merges it, and its cache keeps it). */
 const novelWord = (i: number): string =>

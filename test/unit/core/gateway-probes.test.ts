@@ -42,6 +42,18 @@ const setup = () => {
   return { health, gateway, resolved, call, alarms };
 };
 
+/** A health board that also notes each verdict it is told, as `deployment:outcome:ms`. */
+const recordingHealth = (clock: ReturnType<typeof manualClock>) => {
+  const recorded: string[] = [];
+  const health = new (class extends HealthBoard {
+    override record(...args: Parameters<HealthBoard['record']>): void {
+      recorded.push(`${args[0]}:${args[1]}:${args[2]}`);
+      super.record(...args);
+    }
+  })(POLICY, clock);
+  return { health, recorded };
+};
+
 describe('Gateway and half-open probes', () => {
   it("closes the circuit once the probe is answered (a stream's first event, a whole reply), counting it once", async () => {
     for (const stream of [true, false]) {
@@ -235,13 +247,7 @@ describe('Gateway verdicts on deployments', () => {
 
   it('keeps the verdict health counts over one it ignores, and the time of a non-stream failure out of it', async () => {
     const clock = manualClock();
-    const recorded: string[] = [];
-    const health = new (class extends HealthBoard {
-      override record(...args: Parameters<HealthBoard['record']>): void {
-        recorded.push(`${args[0]}:${args[1]}:${args[2]}`);
-        super.record(...args);
-      }
-    })(POLICY, clock);
+    const { health, recorded } = recordingHealth(clock);
     const gateway = gatewayOn(clock, health);
     // a's first key fails with a 5xx, its second refuses the request itself: a 400 for the client, a 5xx for a.
     const refused = await gateway
@@ -267,13 +273,7 @@ describe('Gateway verdicts on deployments', () => {
 
   it("keeps the time of a stream made from a whole reply out of its deployment's latency, not the others' failures", async () => {
     const clock = manualClock();
-    const recorded: string[] = [];
-    const health = new (class extends HealthBoard {
-      override record(...args: Parameters<HealthBoard['record']>): void {
-        recorded.push(`${args[0]}:${args[1]}:${args[2]}`);
-        super.record(...args);
-      }
-    })(POLICY, clock);
+    const { health, recorded } = recordingHealth(clock);
     const gateway = gatewayOn(clock, health);
     const timeAll = async (wholeFrom: readonly string[]) => {
       recorded.length = 0;

@@ -1,5 +1,3 @@
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { CallRecorder } from '#core/call-recorder.ts';
 import { prepareChat } from '#core/chat.ts';
@@ -7,18 +5,12 @@ import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { chatEventStream } from '#http/chat-stream.ts';
 import { chatEvent } from '#test/chat-chunks.ts';
 import { chatModel, wordCounter } from '#test/fixtures.ts';
+import { heapAfterCollection } from '#test/heap.ts';
 
 /**
  * What a long, busy stream keeps in memory while it is relayed: its chunks, once relayed, must go. (Raced against a
  * keep-alive promise that lived as long as the upstream never paused, every chunk stayed until the stream ended.)
  */
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
-const heap = (): number => {
-  gc();
-  gc();
-  return process.memoryUsage().heapUsed;
-};
 
 const EVENTS = 20_000;
 
@@ -27,7 +19,7 @@ const busyUpstream = (heapAt: Map<number, number>): ChatStream => ({
   close: () => {},
   async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent> {
     for (let i = 0; i < EVENTS; i++) {
-      if (i === 2_000 || i === EVENTS - 1) heapAt.set(i, heap());
+      if (i === 2_000 || i === EVENTS - 1) heapAt.set(i, heapAfterCollection());
       yield chatEvent(
         JSON.stringify({
           id: 'c',
