@@ -1,3 +1,4 @@
+import { MODELS_PATH } from '#core/endpoints.ts';
 import { ModelNotFoundError, RouteNotFoundError } from '#core/errors.ts';
 import { modelObject } from '#core/model-listing.ts';
 import type { Catalog } from '#core/registry.ts';
@@ -29,16 +30,16 @@ export const createHandler = (container: () => Container) =>
     async (event) => {
       const path = withoutTrailingSlashes(event.rawPath);
       // A path this function does not serve is refused before the key is looked at, as the routers refuse it.
-      if (path !== '/v1/models' && !path.startsWith('/v1/models/'))
+      if (path !== MODELS_PATH && !path.startsWith(`${MODELS_PATH}/`))
         throw new RouteNotFoundError(event.requestContext.http.method, event.rawPath);
       const c = container();
       await c.gateway.authenticateOnly(header(event, 'authorization'));
       const catalog = await c.registry.catalog();
       let body: unknown;
-      if (path === '/v1/models') {
+      if (path === MODELS_PATH) {
         body = listingOf(catalog);
       } else {
-        const raw = path.slice('/v1/models/'.length);
+        const raw = path.slice(MODELS_PATH.length + 1);
         let id: string;
         try {
           id = decodeURIComponent(raw);

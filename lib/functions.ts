@@ -5,6 +5,7 @@
  * new handler is one row. Plain data: importable without `aws-cdk-lib` (the infra tests read it too).
  */
 
+import { ENDPOINT_PATHS, MODELS_PATH } from '#core/endpoints.ts';
 import { MAX_SYNCED_RISE } from '#core/price-floor.ts';
 import { PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
 import { UPTIME_ROUND_FAILED } from '#core/uptime-probe.ts';
@@ -86,7 +87,7 @@ export interface FunctionDefinition {
   readonly memoryMb?: number;
 }
 
-/** `http('POST /v1/embeddings')`, several routes for one function allowed. */
+/** `http(`POST ${ENDPOINT_PATHS.embeddings}`)`, several routes for one function allowed. */
 export const http = (...routes: `${Route['method']} /${string}`[]): Trigger => ({
   kind: 'http',
   routes: routes.map((route) => {
@@ -118,17 +119,28 @@ const inference: Uses = {
 
 /** Keyed by handler file: row `x` is `functions/x.ts`, exporting `handler`. */
 export const functions = {
-  'chat-completions': { trigger: http('POST /v1/chat/completions'), uses: inference, timeoutSeconds: 900 },
+  'chat-completions': {
+    trigger: http(`POST ${ENDPOINT_PATHS['chat.completions']}`),
+    uses: inference,
+    timeoutSeconds: 900,
+  },
   // The HTTP default (300 s): above the upstream completion timeout (180 s), so a slow upstream ends the call
   // with an answer and a settlement rather than Lambda killing it unrecorded.
-  embeddings: { trigger: http('POST /v1/embeddings'), uses: inference },
-  'audio-transcriptions': { trigger: http('POST /v1/audio/transcriptions'), uses: inference },
+  embeddings: { trigger: http(`POST ${ENDPOINT_PATHS.embeddings}`), uses: inference },
+  'audio-transcriptions': {
+    trigger: http(`POST ${ENDPOINT_PATHS['audio.transcriptions']}`),
+    uses: inference,
+  },
   // Speech streams its audio as it is made: 4,096 characters at speed 0.25 is some 18 minutes of it, and a client
   // reading slowly holds the relay. Cut at the function's end, the client would pay for every character with
   // part of the audio in hand: it gets chat's 15 minutes.
-  'audio-speech': { trigger: http('POST /v1/audio/speech'), uses: inference, timeoutSeconds: 900 },
+  'audio-speech': {
+    trigger: http(`POST ${ENDPOINT_PATHS['audio.speech']}`),
+    uses: inference,
+    timeoutSeconds: 900,
+  },
   models: {
-    trigger: http('GET /v1/models', 'GET /v1/models/{id}'),
+    trigger: http(`GET ${MODELS_PATH}`, `GET ${MODELS_PATH}/{id}`),
     uses: { tables: { accounts: ['GetItem'], registry: ['Scan'] } },
     timeoutSeconds: 30,
   },

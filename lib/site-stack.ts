@@ -14,6 +14,7 @@ import { RestApiOrigin, S3BucketOrigin } from 'aws-cdk-lib/aws-cloudfront-origin
 import { BlockPublicAccess, Bucket, BucketEncryption, type IBucket } from 'aws-cdk-lib/aws-s3';
 import { BucketDeployment, CacheControl, Source } from 'aws-cdk-lib/aws-s3-deployment';
 import type { Construct } from 'constructs';
+import { API_BASE } from '#core/endpoints.ts';
 import { keptInProduction } from './removal.ts';
 import { buckets } from './resources.ts';
 import type { StageConfig } from './stage.ts';
@@ -73,7 +74,7 @@ export class SiteStack extends Stack {
         cachePolicy: CachePolicy.CACHING_OPTIMIZED,
       },
       additionalBehaviors: {
-        '/v1/*': {
+        [`${API_BASE}/*`]: {
           origin: new RestApiOrigin(props.api, {
             readTimeout: Duration.seconds(stage.cdnReadTimeoutSeconds),
           }),

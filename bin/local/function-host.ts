@@ -21,13 +21,6 @@ import { invoking } from './table-grants.ts';
  * one on its main thread and, with `instances` > 1, more on worker threads (instance-worker.ts).
  */
 
-/** Each HTTP function's Lambda timeout, as deployed (lib/functions.ts): its invocation context counts down from it. */
-const timeoutMsOf = (name: FunctionId): number => {
-  const definition = (functions as Readonly<Record<string, FunctionDefinition>>)[name];
-  if (!definition) throw new Error(`no function ${name} in lib/functions.ts`);
-  return timeoutOf(definition) * 1000;
-};
-
 export interface Route {
   readonly method: string;
   readonly path: string;
@@ -41,7 +34,8 @@ export interface Route {
 }
 
 /**
- * The handlers, as each Lambda would load them: the `awslambda` globals must exist before a handler
+ * The handlers, as each Lambda would load them, on the routes the stacks give them (lib/functions.ts): the local
+ * host serves what API Gateway routes, from the same table. The `awslambda` globals must exist before a handler
  * module is imported, because middy wraps the handler at import time.
  */
 export const loadRoutes = async (
@@ -50,30 +44,24 @@ export const loadRoutes = async (
   timeoutsMs: Readonly<Record<string, number>> = {},
 ): Promise<Route[]> => {
   installLambdaGlobals();
-  const functions = [
-    ['/v1/chat/completions', 'chat-completions', await import('#functions/chat-completions.ts')],
-    ['/v1/embeddings', 'embeddings', await import('#functions/embeddings.ts')],
-    ['/v1/audio/transcriptions', 'audio-transcriptions', await import('#functions/audio-transcriptions.ts')],
-    ['/v1/audio/speech', 'audio-speech', await import('#functions/audio-speech.ts')],
-  ] as const;
-  const models = await import('#functions/models.ts');
-  return [
-    ...functions.map(([path, name, module]) => ({
-      method: 'POST',
-      path,
-      name,
-      timeoutMs: timeoutsMs[name] ?? timeoutMsOf(name),
-      handler: asStreaming(module.createHandler(() => container)),
-    })),
-    {
-      method: 'GET',
-      path: '/v1/models',
-      prefix: true,
-      name: 'models',
-      timeoutMs: timeoutsMs.models ?? timeoutMsOf('models'),
-      handler: asStreaming(models.createHandler(() => container)),
-    },
-  ];
+  const routes: Route[] = [];
+  for (const [name, definition] of Object.entries(functions) as [FunctionId, FunctionDefinition][]) {
+    if (definition.trigger.kind !== 'http') continue;
+    const module: { createHandler: (c: () => Container) => unknown } = await import(`#functions/${name}.ts`);
+    // One handler per function, whatever its routes: one Lambda, one cold start.
+    const handler = asStreaming(module.createHandler(() => container));
+    const timeoutMs = timeoutsMs[name] ?? timeoutOf(definition) * 1000;
+    for (const { method, path } of definition.trigger.routes) {
+      // `/v1/models/{id}`: every path below `/v1/models/`, as a Function URL hands them all to its function.
+      const parameter = path.indexOf('/{');
+      routes.push(
+        parameter === -1
+          ? { method, path, name, timeoutMs, handler }
+          : { method, path: path.slice(0, parameter), prefix: true, name, timeoutMs, handler },
+      );
+    }
+  }
+  return routes;
 };
 
 const asStreaming = (handler: unknown): StreamingHandler => {

@@ -13,6 +13,7 @@
  */
 
 import { KEY_PREFIX } from './api-keys.ts';
+import { ENDPOINT_PATHS, MODELS_PATH, underBase } from './endpoints.ts';
 import { type AggregateIncrement, minuteSlot } from './usage-aggregates.ts';
 
 /** The API's public base URL, ending in `/v1` (the stacks set the CDN's: what clients and the status page use). */
@@ -70,7 +71,7 @@ export interface ProbeLog {
 }
 
 /** POST endpoints and their functions: each answers its own preflight. */
-const POST_PATHS = ['/chat/completions', '/embeddings', '/audio/transcriptions', '/audio/speech'] as const;
+const POST_PATHS = Object.values(ENDPOINT_PATHS).map(underBase);
 
 /** An origin no browser has: the preflight is answered for any (ADR 0009), this one names where it came from. */
 const PROBE_ORIGIN = 'https://uptime-probe.invalid';
@@ -108,7 +109,7 @@ export const probeKey = (randomBytes: (n: number) => Uint8Array): string => {
 const keyLookup = (newKey: () => string): ProbeCheck => ({
   name: 'key lookup',
   method: 'GET',
-  path: '/models',
+  path: underBase(MODELS_PATH),
   // A new key each attempt: a first attempt that timed out may still have taught an instance that its key is unknown.
   headers: () => ({ authorization: `Bearer ${newKey()}` }),
   // The gateway's answer when a key cannot be looked up (fail closed): the store every call reads first.

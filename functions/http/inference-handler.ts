@@ -1,4 +1,5 @@
 import { CallRecorder } from '#core/call-recorder.ts';
+import { ENDPOINT_PATHS } from '#core/endpoints.ts';
 import { ApiError, InvalidRequestError } from '#core/errors.ts';
 import { countUpstreamCalls } from '#core/fallback.ts';
 import type { SettlementSink } from '#core/ports.ts';
@@ -63,16 +64,8 @@ export const inferenceHandler = (endpoint: Endpoint, container: () => Container,
     ['POST'],
     // A preflight is answered once the container is built: a function that cannot start fails it (ADR 0009).
     container,
-    PATHS[endpoint],
+    ENDPOINT_PATHS[endpoint],
   );
-
-/** The path each endpoint's function serves: a Function URL hands it every path below the URL. */
-const PATHS: Readonly<Record<Endpoint, string>> = {
-  'chat.completions': '/v1/chat/completions',
-  embeddings: '/v1/embeddings',
-  'audio.transcriptions': '/v1/audio/transcriptions',
-  'audio.speech': '/v1/audio/speech',
-};
 
 /** The kind of model each endpoint serves. */
 const KIND: Readonly<Record<Endpoint, ModelKind>> = {
