@@ -82,7 +82,7 @@ export class OpenAiCompatibleChat implements ChatProvider {
         const completion = chatCompletionOf(parseJsonObject(whole), call.publicModel);
         this.#notStreaming.set(id, this.#now() + NOT_STREAMING_MS);
         release();
-        return new WholeReplyStream(completion);
+        return new WholeReplyStream(completion, call.clientWantsUsage);
       }
       kept?.letGo();
       if (limit) limit.maxEventLength = MAX_EVENT_LENGTH;
@@ -110,7 +110,7 @@ export class OpenAiCompatibleChat implements ChatProvider {
   async #wholeAsStream(call: UpstreamCall): Promise<ChatStream> {
     const { stream: _stream, stream_options: _options, ...body } = call.body;
     const { body: completion } = await this.complete({ ...call, body });
-    return new WholeReplyStream(completion);
+    return new WholeReplyStream(completion, call.clientWantsUsage);
   }
 
   #post(call: UpstreamCall, headersTimeoutMs: number) {

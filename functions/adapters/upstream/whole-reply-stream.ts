@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { UpstreamFailure } from '#core/fallback.ts';
 import type { ChatStream, ChatStreamEvent } from '#core/upstream.ts';
 import { parseOpenAiUsage } from '#core/usage.ts';
@@ -27,6 +28,20 @@ export const chatCompletionOf = (
   )
     throw new UpstreamFailure('server_error', 'upstream reply reports an error');
   body.model = publicModel;
+  // What every chat completion carries, for an upstream that left it out: our replies keep OpenAI's schema.
+  if (typeof body.id !== 'string' || body.id === '') body.id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
+  body.object = 'chat.completion';
+  if (typeof body.created !== 'number' || !Number.isInteger(body.created))
+    body.created = Math.floor(Date.now() / 1000);
+  (choices as Choice[]).forEach((choice, i) => {
+    if (typeof choice.index !== 'number') choice.index = i;
+    if (choice.logprobs === undefined) choice.logprobs = null;
+    if (typeof choice.finish_reason !== 'string') choice.finish_reason = 'stop';
+    const message = choice.message;
+    if (typeof message.role !== 'string') message.role = 'assistant';
+    if (message.content === undefined) message.content = null;
+    if (message.refusal === undefined) message.refusal = null;
+  });
   return body;
 };
 
@@ -53,8 +68,12 @@ export class WholeReplyStream implements ChatStream {
   readonly whole = true;
   readonly #events: ChatStreamEvent[];
 
-  constructor(completion: Record<string, unknown>) {
-    this.#events = chunksOf(completion);
+  /**
+   * `clientWantsUsage`: every chunk but the usage-only one carries `"usage": null`, as OpenAI's do for a client
+   * that asked for usage (and as the relay keeps them).
+   */
+  constructor(completion: Record<string, unknown>, clientWantsUsage: boolean) {
+    this.#events = chunksOf(completion, clientWantsUsage ? { usage: null } : {});
   }
 
   async *[Symbol.asyncIterator](): AsyncGenerator<ChatStreamEvent, void, undefined> {
@@ -65,12 +84,16 @@ export class WholeReplyStream implements ChatStream {
   close(): void {}
 }
 
-const chunksOf = (completion: Record<string, unknown>): ChatStreamEvent[] => {
-  const choices = (completion.choices as Choice[]).map((choice, i) => ({
-    ...choice,
-    index: typeof choice.index === 'number' ? choice.index : i,
-  }));
-  const chunk = (list: readonly Record<string, unknown>[], extra: Record<string, unknown> = {}): string =>
+const chunksOf = (
+  completion: Record<string, unknown>,
+  noUsage: Record<string, unknown>,
+): ChatStreamEvent[] => {
+  // As chatCompletionOf left them: each with its index, logprobs and finish reason.
+  const choices = completion.choices as Required<Choice>[];
+  const chunk = (
+    list: readonly Record<string, unknown>[],
+    extra: Record<string, unknown> = noUsage,
+  ): string =>
     JSON.stringify({
       id: completion.id,
       object: 'chat.completion.chunk',
@@ -106,7 +129,7 @@ const chunksOf = (completion: Record<string, unknown>): ChatStreamEvent[] => {
     if (output.length > 0 || Object.keys(delta).length > 0)
       events.push(
         event(
-          chunk([{ index: choice.index, delta, logprobs: choice.logprobs ?? null, finish_reason: null }]),
+          chunk([{ index: choice.index, delta, logprobs: choice.logprobs, finish_reason: null }]),
           output,
         ),
       );
@@ -117,7 +140,7 @@ const chunksOf = (completion: Record<string, unknown>): ChatStreamEvent[] => {
             index: choice.index,
             delta: {},
             logprobs: null,
-            finish_reason: typeof choice.finish_reason === 'string' ? choice.finish_reason : 'stop',
+            finish_reason: choice.finish_reason,
           },
         ]),
       ),

@@ -33,9 +33,14 @@ const completion = (over: Record<string, unknown> = {}): Record<string, unknown>
   ...over,
 });
 
-const eventsOf = async (body: Record<string, unknown>): Promise<ChatStreamEvent[]> => {
+const eventsOf = async (
+  body: Record<string, unknown>,
+  clientWantsUsage = false,
+): Promise<ChatStreamEvent[]> => {
   const events: ChatStreamEvent[] = [];
-  for await (const event of new WholeReplyStream(body)) events.push(event);
+  // As the adapter makes one: from the reply chatCompletionOf took.
+  const reply = chatCompletionOf(body, String(body.model));
+  for await (const event of new WholeReplyStream(reply, clientWantsUsage)) events.push(event);
   return events;
 };
 
@@ -69,6 +74,8 @@ describe('a whole reply served as a stream', () => {
       [],
     ]);
     expect(parsed[3]?.usage).toEqual({ prompt_tokens: 9, completion_tokens: 4, total_tokens: 13 });
+    // The client did not ask for usage: no other chunk has the field, as the relay strips it.
+    expect(parsed.slice(0, 3).some((c) => 'usage' in c)).toBe(false);
     expect(events.map((e) => e.usageOnly)).toEqual([false, false, false, true]);
     expect(events[3]?.usage).toMatchObject({ promptTokens: 9, completionTokens: 4, source: 'upstream' });
     // The output as the relay finds it in a streamed chunk: JSON string contents, escapes as written.
@@ -165,14 +172,63 @@ describe('a whole reply served as a stream', () => {
     }
   });
 
+  it('gives every other chunk "usage": null for a client that asked for usage, as OpenAI does', async () => {
+    const parsed = chunks(await eventsOf(completion(), true));
+    for (const chunk of parsed) expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
+    expect(parsed.map((c) => c.usage)).toEqual([
+      null,
+      null,
+      null,
+      { prompt_tokens: 9, completion_tokens: 4, total_tokens: 13 },
+    ]);
+  });
+
   it('is whole: its first event came when the reply was', () => {
-    expect(new WholeReplyStream(completion()).whole).toBe(true);
+    expect(new WholeReplyStream(completion(), false).whole).toBe(true);
   });
 });
 
 describe('what is a whole reply', () => {
   it('is relabelled with the public model', () => {
     expect(chatCompletionOf(completion({ model: 'upstream-name' }), 'svc-public').model).toBe('svc-public');
+  });
+
+  it('is given what OpenAI requires of a completion where an upstream left it out, and keeps its own', async () => {
+    const before = Math.floor(Date.now() / 1000);
+    const filled = chatCompletionOf(
+      completion({
+        id: undefined,
+        object: undefined,
+        created: '42',
+        choices: [
+          { message: { content: 'Hi' } },
+          { index: 1, message: { tool_calls: [] }, finish_reason: 'length' },
+        ],
+      }),
+      'm',
+    );
+    expect(filled.id).toMatch(/^chatcmpl-[0-9a-f]{32}$/);
+    expect(filled.object).toBe('chat.completion');
+    expect(filled.created).toBeGreaterThanOrEqual(before);
+    expect(filled.created).toBeLessThanOrEqual(Math.floor(Date.now() / 1000));
+    expect(filled.choices).toEqual([
+      {
+        index: 0,
+        message: { role: 'assistant', content: 'Hi', refusal: null },
+        logprobs: null,
+        finish_reason: 'stop',
+      },
+      {
+        index: 1,
+        message: { role: 'assistant', content: null, refusal: null, tool_calls: [] },
+        logprobs: null,
+        finish_reason: 'length',
+      },
+    ]);
+    expect(schemaErrors('CreateChatCompletionResponse', filled)).toBe('');
+    for (const chunk of chunks(await eventsOf(filled)))
+      expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
+    expect(chatCompletionOf(completion(), 'm')).toMatchObject({ id: 'chatcmpl-w', created: 42 });
   });
 
   it.each([
