@@ -31,7 +31,7 @@ import { replaceFormerSeed } from './seeded-registry.ts';
 import { ThreadedSettlementSink } from './settlement-thread.ts';
 import { startLocalSite } from './site.ts';
 import { enforceTableGrants, invoking } from './table-grants.ts';
-import { type ServiceWorker, startServiceWorker } from './workers.ts';
+import { askWorker, type ServiceWorker, startServiceWorker } from './workers.ts';
 
 export interface LocalStackOptions {
   /** Gateway port; 0 picks a free one. Default 8787. */
@@ -393,7 +393,11 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       servedByInstance: async () => [
         main.served(),
         ...(await Promise.all(
-          workers.map((w) => ask<{ served: number }>(w, 'served', 'served').then((r) => r.served)),
+          workers.map((w) =>
+            askWorker<{ served: number }>(w, 'served' satisfies InstanceRequest, 'served').then(
+              (r) => r.served,
+            ),
+          ),
         )),
       ],
       stop: async ({ graceMs } = {}) => {
@@ -407,7 +411,21 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
               main.drain,
               ...workers.map(
                 (w) => (ms: number) =>
-                  ask<{ drained: DrainResult }>(w, { drain: ms }, 'drained').then((r) => r.drained),
+                  askWorker<{ drained: DrainResult }>(
+                    w,
+                    { drain: ms } satisfies InstanceRequest,
+                    'drained',
+                  ).then(
+                    (r) => r.drained,
+                    // A dead instance (the loss that may have started this stop) drains nothing: the calls it was
+                    // serving ended with it, and sent no settlement.
+                    (): DrainResult => {
+                      log(
+                        'a gateway instance had ended: the calls it was serving ended with it, unsettled (their holds expire uncharged)',
+                      );
+                      return { cut: 0, unfinished: 0 };
+                    },
+                  ),
               ),
             ],
             sqs: localClientConfig(emulators.sqs),
@@ -427,18 +445,6 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
 
 /** A host as a URL names it: an IPv6 literal in brackets. */
 const urlHost = (host: string): string => (host.includes(':') ? `[${host}]` : host);
-
-/** Asks an instance worker something and resolves to its reply, the first message carrying `key`. */
-const ask = <T>(worker: ServiceWorker<'ready'>, request: InstanceRequest, key: keyof T): Promise<T> =>
-  new Promise((resolve) => {
-    const onMessage = (message: unknown) => {
-      if (typeof message !== 'object' || message === null || !(key in message)) return;
-      worker.port.off('message', onMessage);
-      resolve(message as T);
-    };
-    worker.port.on('message', onMessage);
-    worker.port.postMessage(request);
-  });
 
 /** Resolves when nothing listens on `port`; rejects otherwise, saying how to pick another (PORT). */
 const portIsFree = (port: number, host: string): Promise<void> =>

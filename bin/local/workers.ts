@@ -13,6 +13,8 @@ export interface ServiceWorker<T> {
    * simulator the rest of the stack would otherwise keep serving around; never resolves otherwise.
    */
   readonly lost: Promise<Error>;
+  /** Resolves when the thread has ended, however (a stop, a crash, terminate()). */
+  readonly ended: Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -46,10 +48,12 @@ export const startServiceWorker = async <T>(
       if (!stopping) resolve(new Error(`${name} exited (${code})`));
     });
   });
+  const ended = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
   return {
     ready,
     port: worker,
     lost,
+    ended,
     stop: async () => {
       stopping = true;
       const stopped = new Promise<void>((resolve) => {
@@ -62,11 +66,32 @@ export const startServiceWorker = async <T>(
       });
       worker.postMessage('stop');
       // A clean stop closes sockets first; terminate() anyway so a stuck worker cannot hold the process.
-      await Promise.race([stopped, new Promise((resolve) => setTimeout(resolve, 2_000))]);
+      // A thread already ended answers nothing: no wait for it.
+      await Promise.race([stopped, ended, new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
       await worker.terminate();
     },
   };
 };
+
+/**
+ * Asks a service worker something and resolves to its reply, the first message carrying `key`. Rejects if the
+ * thread ends before it answers: a worker that died (the very event that may start a stop) answers nothing, and a
+ * stop waiting on its answer would never end.
+ */
+export const askWorker = <T>(worker: ServiceWorker<unknown>, request: unknown, key: keyof T): Promise<T> =>
+  new Promise<T>((resolve, reject) => {
+    const onMessage = (message: unknown) => {
+      if (typeof message !== 'object' || message === null || !(key in message)) return;
+      worker.port.off('message', onMessage);
+      resolve(message as T);
+    };
+    worker.port.on('message', onMessage);
+    void worker.ended.then(() => {
+      worker.port.off('message', onMessage);
+      reject(new Error(`the worker ended before it answered ${JSON.stringify(request)}`));
+    });
+    worker.port.postMessage(request);
+  });
 
 /** Niceness for threads standing in for work that runs on other machines on AWS. */
 const BACKGROUND_NICENESS = 10;

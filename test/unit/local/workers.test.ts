@@ -61,4 +61,24 @@ describe('startServiceWorker', () => {
     ]);
     expect(told).toBe('nothing');
   });
+
+  it('answers a question, and refuses to wait on a thread that ended before answering (a stop after a crash)', async () => {
+    const { askWorker, startServiceWorker } = await import('#local/workers.ts');
+    const worker = await startServiceWorker<'ready'>(
+      script(`parentPort.on('message', (m) => {
+         if (m === 'served') parentPort.postMessage({ served: 3 });
+         if (m === 'die') process.exit(3);
+       });`),
+      null,
+    );
+    expect(await askWorker<{ served: number }>(worker, 'served', 'served')).toEqual({ served: 3 });
+    // Asked as it dies: the answer never comes, and the question ends instead of hanging.
+    await expect(askWorker<{ drained: unknown }>(worker, 'die', 'drained')).rejects.toThrow(
+      /ended before it answered/,
+    );
+    // Asked after it died.
+    await expect(askWorker<{ served: number }>(worker, 'served', 'served')).rejects.toThrow(/ended/);
+    expect((await worker.lost).message).toContain('exited (3)');
+    await worker.stop();
+  });
 });
