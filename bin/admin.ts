@@ -52,9 +52,9 @@ import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { planSettlement } from '#core/settlement.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
-import { readStackFile } from '#local/stack-file.ts';
 import { type CommandSpec, checkCommandLine } from './admin/command-line.ts';
 import { EXIT_FAILED, EXIT_TRANSIENT, EXIT_USAGE, isTransient } from './admin/exit-status.ts';
+import { runningLocalStack } from './admin/local-stack.ts';
 import { REGISTRY_GROUPS, REGISTRY_USAGE, runRegistryCommand } from './admin/registry-commands.ts';
 import { replayProblem, replaySettlements } from './admin/settlement-replay.ts';
 import { UsageError } from './admin/usage-error.ts';
@@ -94,7 +94,7 @@ const target = (env: NodeJS.ProcessEnv): Target => {
     }
     return { client: {}, tables: fromEnv as AccountingTables };
   }
-  const stack = readStackFile();
+  const stack = runningLocalStack();
   if (stack) return { client: localClientConfig(stack.emulators.dynamodb), tables: stack.resources.tables };
   throw new UsageError(
     `No target: start the local stack (npm start) or set ${tables.accounts.envVar} and AWS_* variables.`,

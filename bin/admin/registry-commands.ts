@@ -22,8 +22,8 @@ import {
 import type { Deployment, Model, Rates } from '#core/registry.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
-import { readStackFile } from '#local/stack-file.ts';
 import { type CommandSpec, checkCommandLine } from './command-line.ts';
+import { runningLocalStack } from './local-stack.ts';
 import { UsageError } from './usage-error.ts';
 
 export const REGISTRY_GROUPS: ReadonlySet<string> = new Set(['registry', 'models', 'deployments']);
@@ -85,7 +85,7 @@ const target = (env: NodeJS.ProcessEnv): Target => {
     throw new UsageError(
       `Set ${tables.registry.envVar} too: ${stageTables.map((t) => t.envVar).join(', ')} name a deployed stage.`,
     );
-  const stack = readStackFile();
+  const stack = runningLocalStack();
   if (stack) {
     return {
       client: localClientConfig(stack.emulators.dynamodb),

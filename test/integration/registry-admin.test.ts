@@ -384,9 +384,10 @@ describe('the registry through the admin CLI', () => {
 
 describe('the admin CLI with no stack and no tables', () => {
   /** No `npm start` stack to find and no table variables: only what needs neither can succeed. */
-  const bare = (...args: string[]): Promise<Run> =>
+  const bare = (...args: string[]): Promise<Run> => withStackFile(join(dir, 'no-stack.json'), ...args);
+  const withStackFile = (file: string, ...args: string[]): Promise<Run> =>
     new Promise((resolve) => {
-      const env = childEnv({ LOCAL_STACK_FILE: join(dir, 'no-stack.json') });
+      const env = childEnv({ LOCAL_STACK_FILE: file });
       execFile(process.execPath, ['bin/admin.ts', ...args], { cwd: ROOT, env }, (error, stdout, stderr) => {
         const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
         resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
@@ -429,6 +430,33 @@ describe('the admin CLI with no stack and no tables', () => {
       code: 2,
       stderr: expect.stringContaining('No target: start the local stack (npm start)'),
     });
+  });
+
+  it('refuses (2) a stack file left by an npm start that is gone, rather than fail as unreachable (75) for ever', async () => {
+    // A process that has ended: its pid names no one (npm start killed outright leaves its file behind).
+    const gone = await new Promise<number>((resolve) => {
+      const child = execFile(process.execPath, ['-e', ''], () => resolve(child.pid ?? 0));
+    });
+    const unreachable = 'http://127.0.0.1:9'; // were it used: nothing listens there
+    const left = writeJson('left-stack.json', {
+      pid: gone,
+      url: 'http://127.0.0.1:9',
+      emulators: { dynamodb: unreachable, sqs: unreachable, s3: unreachable },
+      resources: { tables: { accounts: 'a', wallet: 'w', buckets: 'b', usage: 'u', registry: 'r' } },
+    });
+    for (const args of [
+      ['accounts', 'show', 'acct_x'],
+      ['models', 'list'],
+    ]) {
+      const run = await withStackFile(left, ...args);
+      expect(run, args.join(' ')).toMatchObject({ code: 2, stdout: '' });
+      expect(run.stderr).toContain(`the local stack that wrote ${left} (pid ${gone}) is no longer running`);
+    }
+    const torn = join(dir, 'torn-stack.json');
+    writeFileSync(torn, '{"pid": 1, "url": "http://127.');
+    const run = await withStackFile(torn, 'accounts', 'show', 'acct_x');
+    expect(run).toMatchObject({ code: 2, stdout: '' });
+    expect(run.stderr).toContain(`${torn} is unreadable`);
   });
 });
 
