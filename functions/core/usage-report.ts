@@ -18,6 +18,8 @@ const DAY_MS = 86_400_000;
 const MINUTE_MS = 60_000;
 
 export type ModelStatus = 'up' | 'degraded recently' | 'live';
+/** A model row's status: also `retired`, for a model called in the window that the registry no longer serves. */
+export type RowStatus = ModelStatus | 'retired';
 
 export interface UsageReport {
   readonly version: 1;
@@ -48,7 +50,7 @@ export interface UsageReport {
     readonly tokens: number;
     readonly uptime_percent: number;
     readonly faults: number;
-    readonly status: ModelStatus;
+    readonly status: RowStatus;
   }[];
   readonly frontier_models: readonly {
     readonly id: string;
@@ -296,6 +298,7 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
 
   // Every model the registry lists, and every model that was called in the window (even if retired since).
   const listed = input.models.filter((m) => m.status === 'active').map((m) => m.id);
+  const served = new Set(listed);
   const modelIds = [...new Set([...listed, ...models.keys()])];
   const modelRows = modelIds
     .map((id) => {
@@ -306,7 +309,8 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
         tokens: t.tokens,
         uptime_percent: percent(t.successes, t.successes + t.faults),
         faults: t.faults,
-        status: statusOf(t),
+        // Its numbers stay, for the window they cover; its status says it is not to be called now.
+        status: served.has(id) ? statusOf(t) : ('retired' as const),
       };
     })
     .sort((a, b) => b.requests - a.requests || b.tokens - a.tokens || a.id.localeCompare(b.id));

@@ -73,6 +73,7 @@ const busy = (over: Partial<UsageReport> = {}): UsageReport => ({
       status: 'degraded recently',
     },
     { id: 'famB-5.3', requests: 7, tokens: 700, uptime_percent: 100, faults: 0, status: 'up' },
+    { id: 'famB-5.2', requests: 3, tokens: 300, uptime_percent: 100, faults: 0, status: 'retired' },
   ],
   frontier_models: [
     {
@@ -197,9 +198,9 @@ describe('the status page at the edges of a report', () => {
           ...(await page.locator('.totals [data-field]').all()),
           ...(await page.locator('#models td.num, #frontier td.num, #funnel td.num').all()),
         ];
-        // Six totals; requests, tokens and uptime of two models; requests and tokens of one frontier model; two
+        // Six totals; requests, tokens and uptime of three models; requests and tokens of one frontier model; two
         // funnel rows' status and count.
-        expect(numbers).toHaveLength(6 + 2 * 3 + 2 + 2 * 2);
+        expect(numbers).toHaveLength(6 + 3 * 3 + 2 + 2 * 2);
         for (const number of numbers) {
           const text = (await number.textContent()) ?? '';
           // "99.993% (1,234,567 faults)" may break at its space, each of its numbers may not.
@@ -239,6 +240,7 @@ describe('the status page at the edges of a report', () => {
       expect(layout.scroll).toBeLessThanOrEqual(320);
       expect(layout.client).toBe(320);
       expect(layout.tags.filter((t) => t.tag.endsWith('degraded recently'))).toHaveLength(2);
+      expect(layout.tags.filter((t) => t.tag.endsWith('retired'))).toHaveLength(1);
       expect(layout.tags.filter((t) => !t.inside)).toEqual([]);
     });
   });

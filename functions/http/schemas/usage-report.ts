@@ -10,6 +10,8 @@ const count = z.int().min(0);
 const percent = z.number().min(0).max(100);
 const timestamp = z.iso.datetime();
 const modelStatus = z.enum(['up', 'degraded recently', 'live']);
+/** A model row's: also `retired`, a model called in the window and no longer served. */
+const rowStatus = z.enum([...modelStatus.options, 'retired']);
 const group = z.string().min(1).describe('a model id or a pseudo-group: platform, incident, agent-error');
 const httpStatus = z.int().min(100).max(599);
 
@@ -44,7 +46,7 @@ export const usageReportSchema = z
         tokens: count,
         uptime_percent: percent.describe('successes / (successes + faults)'),
         faults: count,
-        status: modelStatus,
+        status: rowStatus,
       }),
     ),
     frontier_models: z.array(

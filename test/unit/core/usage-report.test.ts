@@ -400,6 +400,31 @@ describe('buildUsageReport', () => {
     expect(r.models.find((m) => m.id === 'famA-a')?.status).toBe('live');
   });
 
+  it('keeps the row of a model called in the window and no longer served, marked retired whatever its calls did', () => {
+    const r = report([
+      call({ model: 'famB-y' }),
+      failed('upstream_error', 500, 'server_error', { model: 'famB-y' }),
+      // Gone from the registry altogether since.
+      call({ model: 'famZ-gone' }),
+    ]);
+    expect(r.models.find((m) => m.id === 'famB-y')).toEqual({
+      id: 'famB-y',
+      requests: 2,
+      tokens: expect.any(Number),
+      uptime_percent: 50,
+      faults: 1,
+      status: 'retired',
+    });
+    expect(r.models.find((m) => m.id === 'famZ-gone')?.status).toBe('retired');
+    // Only models it serves have the statuses of a model to call.
+    expect(
+      r.models
+        .filter((m) => m.status === 'retired')
+        .map((m) => m.id)
+        .sort(),
+    ).toEqual(['famB-y', 'famZ-gone']);
+  });
+
   it('judges only whole minutes: not the one that starts at its moment, nor the one under way', () => {
     const outage = Array.from({ length: 4 }, (_, i) =>
       failed('upstream_error', 500, 'server_error', { at: T0 + 20 * MIN + i * 10 * SEC }),
