@@ -54,17 +54,23 @@ if (env.CONSUMERS && env.CONSUMERS !== 'on' && env.CONSUMERS !== 'off') fail(`CO
 if (env.REGISTRY_FILE && env.UPSTREAM_BASE_URL) {
   fail("set REGISTRY_FILE or UPSTREAM_BASE_URL, not both (a registry file names each deployment's upstream)");
 }
-/** Whether a URL parses, as http(s), with a host: anything else starts a stack whose every call fails. */
-const httpUrl = (raw: string): boolean => {
+/** A URL as http(s) with a host, or null: anything else starts a stack whose every call fails. */
+const httpUrl = (raw: string): URL | null => {
   try {
     const url = new URL(raw);
-    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '' ? url : null;
   } catch {
-    return false;
+    return null;
   }
 };
-if (env.UPSTREAM_BASE_URL && !httpUrl(env.UPSTREAM_BASE_URL)) {
-  fail(`UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL}"`);
+if (env.UPSTREAM_BASE_URL) {
+  const url = httpUrl(env.UPSTREAM_BASE_URL);
+  // What comes before an `@` may be a password: never echoed, here or in the banner.
+  if (!url)
+    fail(`UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL.replace(/^.*@/, '…@')}"`);
+  // The registry refuses a base URL with credentials (its table and the logs show it); the key has its own setting.
+  if (url.username || url.password)
+    fail('UPSTREAM_BASE_URL must not carry credentials: give the key in UPSTREAM_API_KEY');
 }
 
 const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };

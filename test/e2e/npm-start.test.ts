@@ -230,6 +230,17 @@ describe('npm start with a configuration that cannot work', () => {
     },
   );
 
+  it('refuses credentials in UPSTREAM_BASE_URL without printing them, pointing at UPSTREAM_API_KEY', async () => {
+    for (const url of ['http://user:s3cr3t-pw@127.0.0.1:9/v1', 'http://s3cr3t-pw@exa mple/v1']) {
+      const { code, stdout, stderr } = await refused({ UPSTREAM_BASE_URL: url });
+      expect(code).toBe(1);
+      expect(stderr).toMatch(
+        /UPSTREAM_BASE_URL must (not carry credentials: give the key in UPSTREAM_API_KEY|be an http\(s\) URL)/,
+      );
+      expect(stdout + stderr).not.toContain('s3cr3t');
+    }
+  });
+
   it('refuses a HOLD_TTL_MS shorter than the longest call and its settlement, as the stacks do', async () => {
     // The sweeper would release a running call's hold: its cost would land as debt, not against what it held.
     const { code, stderr } = await refused({ HOLD_TTL_MS: '600000' });
