@@ -29,7 +29,7 @@ import { UsageError } from './usage-error.ts';
 export const REGISTRY_GROUPS: ReadonlySet<string> = new Set(['registry', 'models', 'deployments']);
 
 export const REGISTRY_USAGE = `  registry check FILE
-  registry load FILE [--replace]
+  registry load FILE [--replace] [--dry-run]
   registry export
   models list [--all]
   models show MODEL_ID
@@ -45,7 +45,7 @@ export const REGISTRY_USAGE = `  registry check FILE
 /** What each command takes: an argument more or a flag it does not read is a mistake, never silently ignored. */
 const COMMANDS: Readonly<Record<string, CommandSpec>> = {
   'registry check': { args: 1 },
-  'registry load': { args: 1, flags: ['replace'] },
+  'registry load': { args: 1, flags: ['replace', 'dry-run'] },
   'registry export': { args: 0 },
   'models list': { args: 0, flags: ['all'] },
   'models show': { args: 1 },
@@ -179,11 +179,25 @@ export const runRegistryCommand = async (
             `${file} cannot be loaded:\n${plan.conflicts.map((c) => `  ${c}`).join('\n')}`,
           );
         }
-        await registry.put(plan.models, plan.deployments);
+        // A registry with no active model refuses every call (503): an empty or truncated file given --replace,
+        // most likely. Retiring models one by one stays possible.
+        if (plan.activeModels === 0)
+          throw new UsageError(
+            `${file} cannot be loaded: it would leave no active model, and every call would be refused` +
+              (values.replace ? ' (--replace retires every model the file does not list)' : ''),
+          );
+        const dryRun = values['dry-run'] ?? false;
+        if (!dryRun) await registry.put(plan.models, plan.deployments);
         return [
-          `loaded ${file}; ${VISIBILITY_NOTE}`,
+          dryRun ? `${file} would load (dry run: nothing written)` : `loaded ${file}; ${VISIBILITY_NOTE}`,
           `  models:      ${counts(plan.summary.models)}`,
           `  deployments: ${counts(plan.summary.deployments)}`,
+          ...(plan.retiring.models.length > 0
+            ? [`  retired models:      ${plan.retiring.models.join(', ')}`]
+            : []),
+          ...(plan.retiring.deployments.length > 0
+            ? [`  retired deployments: ${plan.retiring.deployments.join(', ')}`]
+            : []),
         ].join('\n');
       }
       case 'registry export': {
@@ -357,6 +371,7 @@ const parse = (argv: readonly string[]) =>
       json: { type: 'string' },
       file: { type: 'string' },
       replace: { type: 'boolean' },
+      'dry-run': { type: 'boolean' },
       all: { type: 'boolean' },
       model: { type: 'string' },
     },

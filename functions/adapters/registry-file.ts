@@ -362,6 +362,10 @@ export interface LoadPlan {
   readonly models: Model[];
   readonly deployments: Deployment[];
   readonly summary: { readonly models: LoadCounts; readonly deployments: LoadCounts };
+  /** The ids `replace` retires because the file no longer lists them. */
+  readonly retiring: { readonly models: readonly string[]; readonly deployments: readonly string[] };
+  /** Models active once the plan is written: none means every call would be refused. */
+  readonly activeModels: number;
   /** Problems that refuse the load, named by the file's field paths. */
   readonly conflicts: string[];
 }
@@ -393,10 +397,14 @@ export const planLoad = (current: Registry, file: Registry, options: { replace: 
   const models = diff(current.models, file.models, options.replace);
   // Synced prices are the price sync's, beside the documents a file writes: not part of the comparison.
   const deployments = diff(current.deployments.map(documentOf), file.deployments, options.replace);
+  const after = new Map(current.models.map((m) => [m.id, m.status]));
+  for (const m of models.write) after.set(m.id, m.status);
   return {
     models: models.write,
     deployments: deployments.write,
     summary: { models: models.counts, deployments: deployments.counts },
+    retiring: { models: models.retiring, deployments: deployments.retiring },
+    activeModels: [...after.values()].filter((status) => status === 'active').length,
     conflicts,
   };
 };
@@ -405,14 +413,14 @@ const diff = <T extends { readonly id: string; readonly status: 'active' | 'reti
   current: readonly T[],
   file: readonly T[],
   replace: boolean,
-): { write: T[]; counts: LoadCounts } => {
+): { write: T[]; counts: LoadCounts; retiring: string[] } => {
   const before = new Map(current.map((entry) => [entry.id, entry]));
   const listed = new Set(file.map((entry) => entry.id));
   const write: T[] = [];
   let added = 0;
   let updated = 0;
   let unchanged = 0;
-  let retired = 0;
+  const retiring: string[] = [];
   for (const entry of file) {
     const existing = before.get(entry.id);
     if (!existing) added++;
@@ -426,10 +434,10 @@ const diff = <T extends { readonly id: string; readonly status: 'active' | 'reti
     for (const entry of current) {
       if (listed.has(entry.id) || entry.status === 'retired') continue;
       write.push({ ...entry, status: 'retired' });
-      retired++;
+      retiring.push(entry.id);
     }
   }
-  return { write, counts: { added, updated, unchanged, retired } };
+  return { write, counts: { added, updated, unchanged, retired: retiring.length }, retiring: retiring.sort() };
 };
 
 /** JSON with object keys sorted, so two documents compare equal whatever order their fields came in. */

@@ -304,11 +304,27 @@ describe('the registry through the admin CLI', () => {
       models: example.models.filter((m: { id: string }) => m.id === 'famA-v4.1-flash'),
       deployments: example.deployments.filter((d: { model: string }) => d.model === 'famA-v4.1-flash'),
     };
-    const loaded = ok(await admin('registry', 'load', writeJson('only-flash.json', onlyFlash), '--replace'));
+    const file = writeJson('only-flash.json', onlyFlash);
+    // A dry run says what the load would do, and writes nothing.
+    const before = ok(await admin('registry', 'export'));
+    const planned = ok(await admin('registry', 'load', file, '--replace', '--dry-run'));
+    expect(planned).toContain(`${file} would load (dry run: nothing written)`);
+    expect(planned).toContain('models:      0 added, 1 updated, 0 unchanged, 2 retired');
+    expect(planned).toContain('retired models:      famA-v4.1-flash-1017, svc-embed');
+    expect(ok(await admin('registry', 'export'))).toBe(before);
+    const loaded = ok(await admin('registry', 'load', file, '--replace'));
     // famA-v4.1-flash-1017 and svc-embed retire (famA-v4-flash-0731 and famB-5.3-flash already were), with
     // their four deployments and famB-5.3-flash's; the file's famA-v4.1-flash entries undo earlier updates.
     expect(loaded).toContain('models:      0 added, 1 updated, 0 unchanged, 2 retired');
     expect(loaded).toContain('deployments: 0 added, 2 updated, 1 unchanged, 5 retired');
+    // What retired, by name: what an operator checks after a --replace.
+    expect(loaded).toContain('retired models:      famA-v4.1-flash-1017, svc-embed');
+    expect(
+      loaded
+        .split('\n')
+        .find((l) => l.includes('retired deployments:'))
+        ?.split(', '),
+    ).toHaveLength(5);
     expect(rows(ok(await admin('models', 'list'))).map((r) => r[0])).toEqual(['famA-v4.1-flash']);
     expect(rows(ok(await admin('deployments', 'list'))).map((r) => r[0])).toEqual([
       'famA-v4.1-flash@provider-a',
@@ -316,6 +332,22 @@ describe('the registry through the admin CLI', () => {
       'famA-v4.1-flash@local-simulator',
     ]);
     expect(rows(ok(await admin('models', 'list', '--all')))).toHaveLength(5);
+  });
+
+  it('refuses a load that would leave no active model (an empty file given --replace), and writes nothing', async () => {
+    const before = ok(await admin('registry', 'export'));
+    for (const dryRun of [[], ['--dry-run']]) {
+      const refused = await admin(
+        'registry',
+        'load',
+        writeJson('empty.json', { models: [], deployments: [] }),
+        '--replace',
+        ...dryRun,
+      );
+      expect(refused).toMatchObject({ code: 2, stdout: '' });
+      expect(refused.stderr).toContain('it would leave no active model, and every call would be refused');
+    }
+    expect(ok(await admin('registry', 'export'))).toBe(before);
   });
 
   it('refuses an invalid file with every bad field named, and writes nothing', async () => {
