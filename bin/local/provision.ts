@@ -1,7 +1,9 @@
 import {
   type AttributeDefinition,
   CreateTableCommand,
+  DescribeTableCommand,
   DynamoDBClient,
+  type KeySchemaElement,
   ResourceInUseException,
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb';
@@ -108,8 +110,9 @@ const createTable = async (client: DynamoDBClient, name: string, definition: Tab
       }),
     );
   } catch (error) {
-    if (error instanceof ResourceInUseException) return;
-    throw error;
+    if (!(error instanceof ResourceInUseException)) throw error;
+    await checkShape(client, name, definition);
+    return;
   }
   if (definition.ttlAttribute) {
     await client.send(
@@ -119,6 +122,44 @@ const createTable = async (client: DynamoDBClient, name: string, definition: Tab
       }),
     );
   }
+};
+
+/**
+ * An existing table (a persisted DATA_DIR) must have the keys and indexes this version reads: one of another shape
+ * fails every call that touches it, far from its cause. Refused at start-up instead, saying which and how.
+ */
+const checkShape = async (
+  client: DynamoDBClient,
+  name: string,
+  definition: TableDefinition,
+): Promise<void> => {
+  const { Table: table } = await client.send(new DescribeTableCommand({ TableName: name }));
+  const typeOf = new Map((table?.AttributeDefinitions ?? []).map((a) => [a.AttributeName, a.AttributeType]));
+  /** A key as `name:type:HASH,name:type:RANGE`. */
+  const found = (schema: readonly KeySchemaElement[] | undefined) =>
+    (schema ?? [])
+      .map((k) => `${k.AttributeName}:${typeOf.get(k.AttributeName) ?? '?'}:${k.KeyType}`)
+      .join(',');
+  const wanted = (pk: KeyAttribute, sk?: KeyAttribute) =>
+    [`${pk.name}:${pk.type}:HASH`, ...(sk ? [`${sk.name}:${sk.type}:RANGE`] : [])].join(',');
+  const problems: string[] = [];
+  const key = found(table?.KeySchema);
+  if (key !== wanted(definition.partitionKey, definition.sortKey))
+    problems.push(`its key is ${key || 'unknown'}`);
+  const indexes = new Map(
+    (table?.GlobalSecondaryIndexes ?? []).map((i) => [i.IndexName, found(i.KeySchema)]),
+  );
+  for (const index of definition.globalIndexes ?? []) {
+    const indexKey = indexes.get(index.name);
+    if (indexKey === undefined) problems.push(`it has no index ${index.name}`);
+    else if (indexKey !== wanted(index.partitionKey, index.sortKey))
+      problems.push(`its index ${index.name} is keyed ${indexKey}`);
+  }
+  if (problems.length > 0)
+    throw new Error(
+      `the existing table ${name} is not of the shape this version reads (${problems.join('; ')}): a DATA_DIR made ` +
+        'by another version? Move it aside, or start without DATA_DIR',
+    );
 };
 
 const createQueueWithDlq = async (client: SQSClient, prefix: string, visibilityTimeoutSeconds: number) => {

@@ -1,0 +1,58 @@
+import { randomBytes } from 'node:crypto';
+import { CreateTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { physicalName, tables } from '#lib/resources.ts';
+import { localClientConfig } from '#local/emulators.ts';
+import { provision } from '#local/provision.ts';
+
+/**
+ * Provisioning is idempotent, so a persisted DATA_DIR restarts on its own tables; a table there of another shape
+ * (another version's) is refused at start-up, named, rather than failing every call that touches it.
+ */
+const emulators = inject('emulators');
+const dynamo = new DynamoDBClient(localClientConfig(emulators.dynamodb));
+afterAll(() => dynamo.destroy());
+
+const prefix = () => `prov${randomBytes(4).toString('hex')}`;
+
+describe('provision over existing tables', () => {
+  it('takes tables of its own shape as they are: a second run changes nothing', async () => {
+    const p = prefix();
+    const first = await provision(emulators, p);
+    expect(await provision(emulators, p)).toEqual(first);
+  });
+
+  it('refuses a table keyed otherwise, or one without an index it reads, naming the table and what differs', async () => {
+    const p = prefix();
+    // The wallet keyed on its partition key alone (and without its index); the accounts table without its gsi1.
+    await dynamo.send(
+      new CreateTableCommand({
+        TableName: physicalName(p, tables.wallet.id),
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'S' }],
+        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+      }),
+    );
+    await expect(provision(emulators, p)).rejects.toThrow(
+      `the existing table ${physicalName(p, tables.wallet.id)} is not of the shape this version reads (its key is pk:S:HASH; it has no index gsi1)`,
+    );
+    const q = prefix();
+    await dynamo.send(
+      new CreateTableCommand({
+        TableName: physicalName(q, tables.accounts.id),
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [
+          { AttributeName: 'pk', AttributeType: 'S' },
+          { AttributeName: 'sk', AttributeType: 'S' },
+        ],
+        KeySchema: [
+          { AttributeName: 'pk', KeyType: 'HASH' },
+          { AttributeName: 'sk', KeyType: 'RANGE' },
+        ],
+      }),
+    );
+    await expect(provision(emulators, q)).rejects.toThrow(
+      /it has no index gsi1\): a DATA_DIR made by another version/,
+    );
+  });
+});
