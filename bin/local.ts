@@ -67,10 +67,15 @@ if (env.UPSTREAM_BASE_URL) {
   const url = httpUrl(env.UPSTREAM_BASE_URL);
   // What comes before an `@` may be a password: never echoed, here or in the banner.
   if (!url)
-    fail(`UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL.replace(/^.*@/, '…@')}"`);
-  // The registry refuses a base URL with credentials (its table and the logs show it); the key has its own setting.
-  if (url.username || url.password)
-    fail('UPSTREAM_BASE_URL must not carry credentials: give the key in UPSTREAM_API_KEY');
+    fail(
+      `UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL.replace(/^[\s\S]*@/, '…@')}"`,
+    );
+  // A registry file may not hold credentials, a query or a fragment in a base URL (its table and the logs show it);
+  // the key has its own setting.
+  if (url.username || url.password || url.search || url.hash)
+    fail(
+      'UPSTREAM_BASE_URL must not carry credentials, a query or a fragment: give the key in UPSTREAM_API_KEY',
+    );
 }
 
 const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };

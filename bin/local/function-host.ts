@@ -34,8 +34,8 @@ export interface Route {
 }
 
 /**
- * The handlers, as each Lambda would load them, on the routes the stacks give them (lib/functions.ts): the local
- * host serves what API Gateway routes, from the same table. The `awslambda` globals must exist before a handler
+ * The handlers, as each Lambda would load them, on the routes the stacks give them (lib/functions.ts), from the same
+ * table as API Gateway's. The `awslambda` globals must exist before a handler
  * module is imported, because middy wraps the handler at import time.
  */
 export const loadRoutes = async (
@@ -52,8 +52,13 @@ export const loadRoutes = async (
     const handler = asStreaming(module.createHandler(() => container));
     const timeoutMs = timeoutsMs[name] ?? timeoutOf(definition) * 1000;
     for (const { method, path } of definition.trigger.routes) {
-      // `/v1/models/{id}`: every path below `/v1/models/`, as a Function URL hands them all to its function.
+      // `/v1/models/{id}`: every path below `/v1/models/` (its function refuses what is not one id), as a Function
+      // URL hands them all to it. Only a last parameter has a prefix to stand for.
       const parameter = path.indexOf('/{');
+      if (parameter !== -1 && !/^\/\{\w+\}$/.test(path.slice(parameter)))
+        throw new Error(
+          `${name}: the local host serves a path parameter only at the end of a route, not ${path}`,
+        );
       routes.push(
         parameter === -1
           ? { method, path, name, timeoutMs, handler }

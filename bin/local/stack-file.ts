@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type EmulatorEndpoints, running } from './emulators.ts';
@@ -36,7 +36,10 @@ export const writeStackFile = (stack: Omit<StackFile, 'pid'>): string | null => 
     // A torn or foreign file: replaced.
   }
   mkdirSync(dirname(STACK_FILE), { recursive: true });
-  writeFileSync(STACK_FILE, JSON.stringify({ pid: process.pid, ...stack }, null, 2));
+  // Written aside and renamed over it: an admin command reading meanwhile sees the old file or the new, never half.
+  const written = `${STACK_FILE}.${process.pid}.tmp`;
+  writeFileSync(written, JSON.stringify({ pid: process.pid, ...stack }, null, 2));
+  renameSync(written, STACK_FILE);
   return previous?.pid !== undefined && previous.pid !== process.pid && running(previous.pid)
     ? previous.url
     : null;

@@ -15,6 +15,8 @@ export interface ServiceWorker<T> {
   readonly lost: Promise<Error>;
   /** Resolves when the thread has ended, however (a stop, a crash, terminate()). */
   readonly ended: Promise<void>;
+  /** Whether it has ended already. */
+  hasEnded(): boolean;
   stop(): Promise<void>;
 }
 
@@ -48,12 +50,19 @@ export const startServiceWorker = async <T>(
       if (!stopping) resolve(new Error(`${name} exited (${code})`));
     });
   });
-  const ended = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
+  let exited = false;
+  const ended = new Promise<void>((resolve) =>
+    worker.once('exit', () => {
+      exited = true;
+      resolve();
+    }),
+  );
   return {
     ready,
     port: worker,
     lost,
     ended,
+    hasEnded: () => exited,
     stop: async () => {
       stopping = true;
       const stopped = new Promise<void>((resolve) => {
@@ -80,16 +89,23 @@ export const startServiceWorker = async <T>(
  */
 export const askWorker = <T>(worker: ServiceWorker<unknown>, request: unknown, key: keyof T): Promise<T> =>
   new Promise<T>((resolve, reject) => {
+    const unanswered = () => new Error(`the worker ended before it answered ${JSON.stringify(request)}`);
+    if (worker.hasEnded()) {
+      reject(unanswered());
+      return;
+    }
     const onMessage = (message: unknown) => {
       if (typeof message !== 'object' || message === null || !(key in message)) return;
       worker.port.off('message', onMessage);
+      worker.port.off('exit', onExit);
       resolve(message as T);
     };
-    worker.port.on('message', onMessage);
-    void worker.ended.then(() => {
+    const onExit = () => {
       worker.port.off('message', onMessage);
-      reject(new Error(`the worker ended before it answered ${JSON.stringify(request)}`));
-    });
+      reject(unanswered());
+    };
+    worker.port.on('message', onMessage);
+    worker.port.once('exit', onExit);
     worker.port.postMessage(request);
   });
 

@@ -437,7 +437,11 @@ const diff = <T extends { readonly id: string; readonly status: 'active' | 'reti
       retiring.push(entry.id);
     }
   }
-  return { write, counts: { added, updated, unchanged, retired: retiring.length }, retiring: retiring.sort() };
+  return {
+    write,
+    counts: { added, updated, unchanged, retired: retiring.length },
+    retiring: retiring.sort(),
+  };
 };
 
 /** JSON with object keys sorted, so two documents compare equal whatever order their fields came in. */

@@ -230,14 +230,19 @@ describe('npm start with a configuration that cannot work', () => {
     },
   );
 
-  it('refuses credentials in UPSTREAM_BASE_URL without printing them, pointing at UPSTREAM_API_KEY', async () => {
-    for (const url of ['http://user:s3cr3t-pw@127.0.0.1:9/v1', 'http://s3cr3t-pw@exa mple/v1']) {
+  it('refuses credentials or a query in UPSTREAM_BASE_URL without printing them, pointing at UPSTREAM_API_KEY', async () => {
+    for (const url of [
+      'http://user:s3cr3t-pw@127.0.0.1:9/v1',
+      'http://127.0.0.1:9/v1?key=s3cr3t-pw',
+      'http://s3cr3t-pw@exa mple/v1',
+      'http://s3cr3t\npw@exa mple/v1',
+    ]) {
       const { code, stdout, stderr } = await refused({ UPSTREAM_BASE_URL: url });
       expect(code).toBe(1);
       expect(stderr).toMatch(
-        /UPSTREAM_BASE_URL must (not carry credentials: give the key in UPSTREAM_API_KEY|be an http\(s\) URL)/,
+        /UPSTREAM_BASE_URL must (not carry credentials, a query or a fragment: give the key in UPSTREAM_API_KEY|be an http\(s\) URL)/,
       );
-      expect(stdout + stderr).not.toContain('s3cr3t');
+      expect(stdout + stderr).not.toMatch(/s3cr3t|pw@/);
     }
   });
 

@@ -37,7 +37,11 @@ export class OpenAiCompatibleChat implements ChatProvider {
   async complete(call: UpstreamCall): Promise<ChatCompletionResult> {
     const response = await this.#post(call, this.#http.completionTimeoutMs(call.deployment));
     if (response.statusCode !== 200) throw await statusFailure(response);
-    const body = chatCompletionOf(await readJsonObject(response, MAX_REPLY_BYTES), call.publicModel);
+    const body = chatCompletionOf(
+      await readJsonObject(response, MAX_REPLY_BYTES),
+      call.publicModel,
+      this.#now,
+    );
     return { body, usage: parseOpenAiUsage(body.usage) };
   }
 
@@ -79,7 +83,7 @@ export class OpenAiCompatibleChat implements ChatProvider {
       // drop, and one that is no completion a failure, as from a deployment that streams.
       const whole = first.done && kept !== null ? kept.bytes() : null;
       if (whole !== null && JSON_OBJECT_START.test(whole.subarray(0, 64).toString('latin1'))) {
-        const completion = chatCompletionOf(parseJsonObject(whole), call.publicModel);
+        const completion = chatCompletionOf(parseJsonObject(whole), call.publicModel, this.#now);
         this.#notStreaming.set(id, this.#now() + NOT_STREAMING_MS);
         release();
         return new WholeReplyStream(completion, call.clientWantsUsage);

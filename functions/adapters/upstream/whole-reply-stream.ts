@@ -12,14 +12,14 @@ import { bodyTooLarge } from './http.ts';
 export const chatCompletionOf = (
   body: Record<string, unknown>,
   publicModel: string,
+  now: () => number = Date.now,
 ): Record<string, unknown> => {
   const choices = body.choices;
+  const isMessage = (m: unknown) => typeof m === 'object' && m !== null && !Array.isArray(m);
   if (
     !Array.isArray(choices) ||
     choices.length === 0 ||
-    choices.some(
-      (c) => typeof (c as { message?: unknown } | null)?.message !== 'object' || c.message === null,
-    )
+    choices.some((c) => !isMessage((c as { message?: unknown } | null)?.message))
   )
     throw new UpstreamFailure('protocol', 'upstream body is not a chat completion');
   if (
@@ -32,12 +32,14 @@ export const chatCompletionOf = (
   if (typeof body.id !== 'string' || body.id === '') body.id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   body.object = 'chat.completion';
   if (typeof body.created !== 'number' || !Number.isInteger(body.created))
-    body.created = Math.floor(Date.now() / 1000);
+    body.created = Math.floor(now() / 1000);
   (choices as Choice[]).forEach((choice, i) => {
     if (typeof choice.index !== 'number') choice.index = i;
     if (choice.logprobs === undefined) choice.logprobs = null;
-    if (typeof choice.finish_reason !== 'string') choice.finish_reason = 'stop';
     const message = choice.message;
+    if (typeof choice.finish_reason !== 'string')
+      choice.finish_reason =
+        Array.isArray(message.tool_calls) && message.tool_calls.length > 0 ? 'tool_calls' : 'stop';
     if (typeof message.role !== 'string') message.role = 'assistant';
     if (message.content === undefined) message.content = null;
     if (message.refusal === undefined) message.refusal = null;

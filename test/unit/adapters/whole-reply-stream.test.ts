@@ -194,7 +194,7 @@ describe('what is a whole reply', () => {
   });
 
   it('is given what OpenAI requires of a completion where an upstream left it out, and keeps its own', async () => {
-    const before = Math.floor(Date.now() / 1000);
+    const call = { id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } };
     const filled = chatCompletionOf(
       completion({
         id: undefined,
@@ -203,14 +203,15 @@ describe('what is a whole reply', () => {
         choices: [
           { message: { content: 'Hi' } },
           { index: 1, message: { tool_calls: [] }, finish_reason: 'length' },
+          { message: { tool_calls: [call] } },
         ],
       }),
       'm',
+      () => 1_764_000_000_999,
     );
     expect(filled.id).toMatch(/^chatcmpl-[0-9a-f]{32}$/);
     expect(filled.object).toBe('chat.completion');
-    expect(filled.created).toBeGreaterThanOrEqual(before);
-    expect(filled.created).toBeLessThanOrEqual(Math.floor(Date.now() / 1000));
+    expect(filled.created).toBe(1_764_000_000);
     expect(filled.choices).toEqual([
       {
         index: 0,
@@ -224,6 +225,13 @@ describe('what is a whole reply', () => {
         logprobs: null,
         finish_reason: 'length',
       },
+      {
+        index: 2,
+        message: { role: 'assistant', content: null, refusal: null, tool_calls: [call] },
+        logprobs: null,
+        // A reply that calls tools and gives no reason finished to call them.
+        finish_reason: 'tool_calls',
+      },
     ]);
     expect(schemaErrors('CreateChatCompletionResponse', filled)).toBe('');
     for (const chunk of chunks(await eventsOf(filled)))
@@ -234,6 +242,7 @@ describe('what is a whole reply', () => {
   it.each([
     ['no choices', { choices: [] }, 'protocol'],
     ['a choice without a message', { choices: [{ index: 0, finish_reason: 'stop' }] }, 'protocol'],
+    ['a message that is a list', { choices: [{ index: 0, message: [], finish_reason: 'stop' }] }, 'protocol'],
     ['not a completion at all', { choices: undefined, data: [] }, 'protocol'],
     ['an error inside the 200', { error: { message: 'upstream busy' } }, 'server_error'],
     [

@@ -5,7 +5,13 @@ import { API_BASE } from '#core/endpoints.ts';
 import { probeChecks } from '#core/uptime-probe.ts';
 import type { Container } from '#functions/container.ts';
 import { functions } from '#lib/functions.ts';
-import { loadRoutes, type Route } from '#local/function-host.ts';
+import {
+  createInstanceServer,
+  type InstanceServer,
+  loadRoutes,
+  NO_SITE,
+  type Route,
+} from '#local/function-host.ts';
 import { functionUrlEvent, invocationContext, invokeStreaming, readBody } from '#local/function-url.ts';
 
 /**
@@ -90,6 +96,36 @@ describe('the routes', () => {
           code: 'unknown_url',
         });
       }
+    }
+  });
+
+  it('are matched by the local host as the stacks route them: exact paths, one id below the models path', async () => {
+    const host: InstanceServer = createInstanceServer(routes, NO_SITE, () => {});
+    await new Promise<void>((resolve) => host.server.listen(0, '127.0.0.1', resolve));
+    const origin = `http://127.0.0.1:${(host.server.address() as AddressInfo).port}`;
+    try {
+      const status = async (method: string, path: string) => {
+        const res = await fetch(`${origin}${path}`, {
+          method,
+          headers: { 'content-type': 'application/json' },
+          ...(method === 'POST' ? { body: '{}' } : {}),
+        });
+        const body = (await res.json()) as { error: { code: string | null } };
+        // 500: handed to the function, which has no container here; 404 unknown_url: the host found no route.
+        return res.status === 404 ? body.error.code : res.status;
+      };
+      expect(await status('POST', '/v1/chat/completions')).toBe(500);
+      expect(await status('POST', '/v1/audio/speech')).toBe(500);
+      expect(await status('GET', '/v1/models')).toBe(500);
+      expect(await status('GET', '/v1/models/famA-v4.1-flash')).toBe(500);
+      expect(await status('GET', '/v1/chat/completions')).toBe('unknown_url');
+      expect(await status('POST', '/v1/models')).toBe('unknown_url');
+      expect(await status('POST', '/v1/chat')).toBe('unknown_url');
+      expect(await status('GET', '/v1/modelsx')).toBe('unknown_url');
+      expect(await status('POST', '/v1/chat/completions/extra')).toBe('unknown_url');
+    } finally {
+      host.server.closeAllConnections();
+      await new Promise((resolve) => host.server.close(resolve));
     }
   });
 
