@@ -50,6 +50,9 @@ export const readRegistryFile = (path: string): LocalRegistryFile => {
     source: path,
     ...(simulator ? { simulatorUrl: UNSTARTED_SIMULATOR } : {}),
   });
+  // The file is the whole registry here: with no active model every call would be refused (503).
+  if (!checked.models.some((m) => m.status === 'active'))
+    throw new RegistryFileError(path, ['models: no active model; every call would be refused']);
   const unresolvable = checked.deployments.flatMap((d, i) =>
     d.status === 'active' && d.keyRefs.some((ref) => ref.startsWith('secretsmanager:'))
       ? [

@@ -591,10 +591,8 @@ describe('REGISTRY_FILE on the local host', () => {
     }
   });
 
-  it('makes npm start exit non-zero before serving, naming the bad field', async () => {
-    const bad = JSON.parse(readFileSync(path, 'utf8'));
-    bad.deployments[0].baseUrl = 'localhost:8080/v1';
-    const run = await new Promise<Run>((resolve) => {
+  const start = (file: string) =>
+    new Promise<Run>((resolve) => {
       execFile(
         process.execPath,
         ['bin/local.ts'],
@@ -602,7 +600,7 @@ describe('REGISTRY_FILE on the local host', () => {
           cwd: ROOT,
           env: childEnv({
             PORT: '0',
-            REGISTRY_FILE: writeJson('bad-local.json', bad),
+            REGISTRY_FILE: file,
             LOCAL_STACK_FILE: join(dir, 'stack.json'),
           }),
           timeout: 20_000,
@@ -611,10 +609,26 @@ describe('REGISTRY_FILE on the local host', () => {
           resolve({ code: typeof error?.code === 'number' ? error.code : 0, stdout, stderr }),
       );
     });
+
+  it('makes npm start exit non-zero before serving, naming the bad field', async () => {
+    const bad = JSON.parse(readFileSync(path, 'utf8'));
+    bad.deployments[0].baseUrl = 'localhost:8080/v1';
+    const run = await start(writeJson('bad-local.json', bad));
     expect(run.code).toBe(1);
     expect(run.stderr).toContain('deployments[0].baseUrl: Invalid URL');
     expect(run.stdout).not.toContain('gateway listening');
     expect(run.stdout).not.toContain('DynamoDB Local listening');
+  });
+
+  it('makes npm start exit non-zero before serving a file with no active model', async () => {
+    const example = JSON.parse(readFileSync(EXAMPLE, 'utf8'));
+    for (const m of example.models) m.status = 'retired';
+    for (const registry of [{ models: [], deployments: [] }, example]) {
+      const run = await start(writeJson('no-active.json', registry));
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain('models: no active model; every call would be refused');
+      expect(run.stdout).not.toContain('gateway listening');
+    }
   });
 });
 
