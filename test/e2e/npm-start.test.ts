@@ -215,7 +215,9 @@ describe('npm start with a configuration that cannot work', () => {
       execFile(
         process.execPath,
         ['bin/local.ts'],
-        { cwd: ROOT, env: { ...env(), PORT: '0', ...extra }, timeout: 60_000 },
+        // Below the test's own timeout: an npm start that does not refuse is stopped by this, not left running
+        // orphaned when the test gives up on it.
+        { cwd: ROOT, env: { ...env(), PORT: '0', ...extra }, timeout: 20_000 },
         (error, stdout, stderr) =>
           resolve({ code: error ? (error.code as number | null) : 0, stdout, stderr }),
       );
@@ -230,21 +232,22 @@ describe('npm start with a configuration that cannot work', () => {
     },
   );
 
-  it('refuses credentials or a query in UPSTREAM_BASE_URL without printing them, pointing at UPSTREAM_API_KEY', async () => {
-    for (const url of [
-      'http://user:s3cr3t-pw@127.0.0.1:9/v1',
-      'http://127.0.0.1:9/v1?key=s3cr3t-pw',
-      'http://s3cr3t-pw@exa mple/v1',
-      'http://s3cr3t\npw@exa mple/v1',
-    ]) {
+  it.each([
+    'http://user:s3cr3t-pw@127.0.0.1:9/v1',
+    'http://127.0.0.1:9/v1?key=s3cr3t-pw',
+    'http://s3cr3t-pw@exa mple/v1',
+    'http://s3cr3t\npw@exa mple/v1',
+  ])(
+    'refuses UPSTREAM_BASE_URL=%j without printing its credentials or query, pointing at UPSTREAM_API_KEY',
+    async (url) => {
       const { code, stdout, stderr } = await refused({ UPSTREAM_BASE_URL: url });
       expect(code).toBe(1);
       expect(stderr).toMatch(
         /UPSTREAM_BASE_URL must (not carry credentials, a query or a fragment: give the key in UPSTREAM_API_KEY|be an http\(s\) URL)/,
       );
       expect(stdout + stderr).not.toMatch(/s3cr3t|pw@/);
-    }
-  });
+    },
+  );
 
   it('refuses a HOLD_TTL_MS shorter than the longest call and its settlement, as the stacks do', async () => {
     // The sweeper would release a running call's hold: its cost would land as debt, not against what it held.
