@@ -11,6 +11,7 @@ import { isWellFormedKey } from '#core/api-keys.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { TUNABLE_ENV } from '#functions/config.ts';
 import { holdTtlProblem } from '#lib/stage.ts';
+import { externalDeploymentIssues, readCatalog } from '#local/seed.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { removeOwnStackFile, writeStackFile } from '#local/stack-file.ts';
 
@@ -72,10 +73,16 @@ if (env.UPSTREAM_BASE_URL) {
     );
   // A registry file may not hold credentials, a query or a fragment in a base URL (its table and the logs show it);
   // the key has its own setting.
-  if (url.username || url.password || url.search || url.hash)
+  if (url.username || url.password || /[?#]/.test(env.UPSTREAM_BASE_URL))
     fail(
       'UPSTREAM_BASE_URL must not carry credentials, a query or a fragment: give the key in UPSTREAM_API_KEY',
     );
+  // Whatever else the registry refuses of the deployments it would seed, before anything starts.
+  const issues = externalDeploymentIssues(readCatalog(), env.UPSTREAM_BASE_URL, {
+    ...(env.UPSTREAM_API_KEY ? { keyRef: 'env:UPSTREAM_API_KEY' } : {}),
+    ...(env.UPSTREAM_MODEL ? { upstreamModel: env.UPSTREAM_MODEL } : {}),
+  });
+  if (issues) fail(`UPSTREAM_BASE_URL, UPSTREAM_API_KEY and UPSTREAM_MODEL cannot serve: ${issues}`);
 }
 
 const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };

@@ -3,7 +3,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { z } from 'zod';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
-import { describeIssues, modelSchema } from '#adapters/registry-codec.ts';
+import { deploymentSchema, describeIssues, modelSchema } from '#adapters/registry-codec.ts';
 import type { Deployment, Model, Rates } from '#core/registry.ts';
 import type { PriceLists } from '#sim/prices.ts';
 import { localClientConfig } from './emulators.ts';
@@ -93,6 +93,25 @@ export const externalDeployments = (
     ...(model.flags.reasoning ? { reasoningParams: REASONING_PARAMS } : {}),
     status: 'active' as const,
   }));
+
+/**
+ * What the registry would refuse in the deployments `externalDeployments` makes, one line, or null: the seed writes
+ * them without the registry file's checks, and the gateway skips a stored deployment its codec refuses — every call
+ * would then be a 503 (a key sent over http to another machine, a control character in UPSTREAM_MODEL). The
+ * messages name the rule broken, never the value.
+ */
+export const externalDeploymentIssues = (
+  models: readonly Model[],
+  baseUrl: string,
+  options: { keyRef?: string; upstreamModel?: string },
+): string | null => {
+  const issues = new Set<string>();
+  for (const deployment of externalDeployments(models, baseUrl, options)) {
+    const checked = deploymentSchema.safeParse(deployment);
+    if (!checked.success) for (const issue of describeIssues(checked.error).split('; ')) issues.add(issue);
+  }
+  return issues.size > 0 ? [...issues].join('; ') : null;
+};
 
 export const DEMO_ACCOUNT_ID = 'acct_demo';
 

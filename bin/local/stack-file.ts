@@ -38,8 +38,13 @@ export const writeStackFile = (stack: Omit<StackFile, 'pid'>): string | null => 
   mkdirSync(dirname(STACK_FILE), { recursive: true });
   // Written aside and renamed over it: an admin command reading meanwhile sees the old file or the new, never half.
   const written = `${STACK_FILE}.${process.pid}.tmp`;
-  writeFileSync(written, JSON.stringify({ pid: process.pid, ...stack }, null, 2));
-  renameSync(written, STACK_FILE);
+  try {
+    writeFileSync(written, JSON.stringify({ pid: process.pid, ...stack }, null, 2));
+    renameSync(written, STACK_FILE);
+  } catch (error) {
+    rmSync(written, { force: true });
+    throw error;
+  }
   return previous?.pid !== undefined && previous.pid !== process.pid && running(previous.pid)
     ? previous.url
     : null;

@@ -48,7 +48,9 @@ export const deploymentSchema = z
     baseUrl: z.url({ protocol: /^https?$/ }).refine((url) => {
       if (!URL.canParse(url)) return true; // z.url has said what is wrong with it
       const parsed = new URL(url);
-      return parsed.username === '' && parsed.password === '' && parsed.search === '' && parsed.hash === '';
+      // The raw text too: a bare trailing `?` or `#` parses to an empty query or fragment, and would still cut every
+      // path appended to the URL.
+      return parsed.username === '' && parsed.password === '' && !/[?#]/.test(url);
     }, 'no credentials, query or fragment in a base URL (upstream keys go in keyRefs)'),
     // Sent upstream in a JSON body and shown in a response header (x-svc-served-model): no control characters.
     upstreamModel: z

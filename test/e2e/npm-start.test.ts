@@ -237,6 +237,9 @@ describe('npm start with a configuration that cannot work', () => {
     'http://127.0.0.1:9/v1?key=s3cr3t-pw',
     'http://s3cr3t-pw@exa mple/v1',
     'http://s3cr3t\npw@exa mple/v1',
+    // A bare `?` or `#` parses to nothing, and would still cut every path appended to the URL.
+    'http://127.0.0.1:9/v1?',
+    'http://127.0.0.1:9/v1#',
   ])(
     'refuses UPSTREAM_BASE_URL=%j without printing its credentials or query, pointing at UPSTREAM_API_KEY',
     async (url) => {
@@ -248,6 +251,19 @@ describe('npm start with a configuration that cannot work', () => {
       expect(stdout + stderr).not.toMatch(/s3cr3t|pw@/);
     },
   );
+
+  it('refuses what the registry would refuse of the deployments it would seed, before serving 503s', async () => {
+    // A key over plain http to another machine: the stored deployments would be skipped, every call a 503.
+    const lan = await refused({ UPSTREAM_BASE_URL: 'http://10.0.0.5:9/v1', UPSTREAM_API_KEY: 'sk-lan-key' });
+    expect(lan.code).toBe(1);
+    expect(lan.stderr).toContain(
+      'UPSTREAM_BASE_URL, UPSTREAM_API_KEY and UPSTREAM_MODEL cannot serve: baseUrl: a deployment with keys is called over https',
+    );
+    expect(lan.stderr).not.toContain('sk-lan-key');
+    const model = await refused({ UPSTREAM_BASE_URL: 'http://127.0.0.1:9/v1', UPSTREAM_MODEL: 'llama\t3' });
+    expect(model.code).toBe(1);
+    expect(model.stderr).toContain('upstreamModel: no control characters');
+  });
 
   it('refuses a HOLD_TTL_MS shorter than the longest call and its settlement, as the stacks do', async () => {
     // The sweeper would release a running call's hold: its cost would land as debt, not against what it held.

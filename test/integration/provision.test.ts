@@ -55,4 +55,44 @@ describe('provision over existing tables', () => {
       /it has no index gsi1\): a DATA_DIR made by another version/,
     );
   });
+
+  it('refuses a key of another type, and an index keyed otherwise', async () => {
+    const keyed = (pkType: 'S' | 'N') => ({
+      BillingMode: 'PAY_PER_REQUEST' as const,
+      AttributeDefinitions: [
+        { AttributeName: 'pk', AttributeType: pkType },
+        { AttributeName: 'sk', AttributeType: 'S' as const },
+      ],
+      KeySchema: [
+        { AttributeName: 'pk', KeyType: 'HASH' as const },
+        { AttributeName: 'sk', KeyType: 'RANGE' as const },
+      ],
+    });
+    const p = prefix();
+    await dynamo.send(
+      new CreateTableCommand({ TableName: physicalName(p, tables.buckets.id), ...keyed('N') }),
+    );
+    await expect(provision(emulators, p)).rejects.toThrow('(its key is pk:N:HASH,sk:S:RANGE)');
+    const q = prefix();
+    const accounts = keyed('S');
+    await dynamo.send(
+      new CreateTableCommand({
+        TableName: physicalName(q, tables.accounts.id),
+        ...accounts,
+        AttributeDefinitions: [
+          ...accounts.AttributeDefinitions,
+          { AttributeName: 'gsi1pk', AttributeType: 'S' },
+        ],
+        // gsi1 on its partition key alone: the listing's sort key is missing.
+        GlobalSecondaryIndexes: [
+          {
+            IndexName: 'gsi1',
+            KeySchema: [{ AttributeName: 'gsi1pk', KeyType: 'HASH' }],
+            Projection: { ProjectionType: 'ALL' },
+          },
+        ],
+      }),
+    );
+    await expect(provision(emulators, q)).rejects.toThrow('(its index gsi1 is keyed gsi1pk:S:HASH)');
+  });
 });

@@ -12,7 +12,7 @@ import { bodyTooLarge } from './http.ts';
 export const chatCompletionOf = (
   body: Record<string, unknown>,
   publicModel: string,
-  now: () => number = Date.now,
+  now: () => number,
 ): Record<string, unknown> => {
   const choices = body.choices;
   const isMessage = (m: unknown) => typeof m === 'object' && m !== null && !Array.isArray(m);

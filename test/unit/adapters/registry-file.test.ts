@@ -190,6 +190,9 @@ describe('registry file', () => {
     'https://user:secret@api.example.com/v1',
     'https://api.example.com/v1?api_key=secret',
     'https://api.example.com/v1#secret',
+    // Empty, but still cutting every path appended to the URL.
+    'https://api.example.com/v1?',
+    'https://api.example.com/v1#',
   ])('refuses a base URL carrying credentials, a query or a fragment: %s', (baseUrl) => {
     const input = file(1);
     Object.assign(input.deployments[0] as object, { baseUrl });

@@ -39,7 +39,7 @@ const eventsOf = async (
 ): Promise<ChatStreamEvent[]> => {
   const events: ChatStreamEvent[] = [];
   // As the adapter makes one: from the reply chatCompletionOf took.
-  const reply = chatCompletionOf(body, String(body.model));
+  const reply = chatCompletionOf(body, String(body.model), Date.now);
   for await (const event of new WholeReplyStream(reply, clientWantsUsage)) events.push(event);
   return events;
 };
@@ -190,7 +190,9 @@ describe('a whole reply served as a stream', () => {
 
 describe('what is a whole reply', () => {
   it('is relabelled with the public model', () => {
-    expect(chatCompletionOf(completion({ model: 'upstream-name' }), 'svc-public').model).toBe('svc-public');
+    expect(chatCompletionOf(completion({ model: 'upstream-name' }), 'svc-public', Date.now).model).toBe(
+      'svc-public',
+    );
   });
 
   it('is given what OpenAI requires of a completion where an upstream left it out, and keeps its own', async () => {
@@ -236,7 +238,7 @@ describe('what is a whole reply', () => {
     expect(schemaErrors('CreateChatCompletionResponse', filled)).toBe('');
     for (const chunk of chunks(await eventsOf(filled)))
       expect(schemaErrors('CreateChatCompletionStreamResponse', chunk)).toBe('');
-    expect(chatCompletionOf(completion(), 'm')).toMatchObject({ id: 'chatcmpl-w', created: 42 });
+    expect(chatCompletionOf(completion(), 'm', Date.now)).toMatchObject({ id: 'chatcmpl-w', created: 42 });
   });
 
   it.each([
@@ -253,7 +255,7 @@ describe('what is a whole reply', () => {
   ])('refuses %s: another deployment may answer', (_name, over, kind) => {
     let thrown: unknown;
     try {
-      chatCompletionOf(completion(over), 'm');
+      chatCompletionOf(completion(over), 'm', Date.now);
     } catch (error) {
       thrown = error;
     }
@@ -296,14 +298,14 @@ describe('a body kept while it is read', () => {
 
 describe("the adapter's memory of a deployment that does not stream", () => {
   /** An upstream that always answers whole, as the adapter's transport sees it; what each call asked for. */
-  const upstream = () => {
+  const upstream = (reply: Record<string, unknown> = completion()) => {
     const asked: { stream: boolean; timeoutMs: number }[] = [];
     const http = {
       firstByteTimeoutMs: () => 30_000,
       completionTimeoutMs: () => 180_000,
       post: async (call: { body: Record<string, unknown> }, request: OpenAiPost) => {
         asked.push({ stream: call.body.stream === true, timeoutMs: request.headersTimeoutMs });
-        const bytes = Buffer.from(JSON.stringify(completion()));
+        const bytes = Buffer.from(JSON.stringify(reply));
         return {
           statusCode: 200,
           headers: { 'content-type': 'application/json' },
@@ -345,5 +347,16 @@ describe("the adapter's memory of a deployment that does not stream", () => {
       // …which it did: marked again.
       { stream: false, timeoutMs: 180_000 },
     ]);
+  });
+
+  it('dates a reply that came undated by its own clock, whole or as a stream', async () => {
+    const now = () => 1_764_000_123_456;
+    const chat = new OpenAiCompatibleChat(upstream(completion({ created: undefined })).http, now);
+    expect((await chat.complete({ ...call, body: { model: 'm', messages: [] } })).body.created).toBe(
+      1_764_000_123,
+    );
+    const events: ChatStreamEvent[] = [];
+    for await (const event of await chat.stream(call)) events.push(event);
+    expect(chunks(events).every((c) => c.created === 1_764_000_123)).toBe(true);
   });
 });
