@@ -6,6 +6,7 @@
  * SIGINT/SIGTERM/SIGHUP it finishes and settles the calls under way, then stops cleanly.
  */
 import { resolve } from 'node:path';
+import { carriesMoreThanAPath } from '#adapters/registry-codec.ts';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
@@ -55,31 +56,29 @@ if (env.CONSUMERS && env.CONSUMERS !== 'on' && env.CONSUMERS !== 'off') fail(`CO
 if (env.REGISTRY_FILE && env.UPSTREAM_BASE_URL) {
   fail("set REGISTRY_FILE or UPSTREAM_BASE_URL, not both (a registry file names each deployment's upstream)");
 }
-/** A URL as http(s) with a host, or null: anything else starts a stack whose every call fails. */
-const httpUrl = (raw: string): URL | null => {
+/** Whether a URL parses, as http(s), with a host: anything else starts a stack whose every call fails. */
+const httpUrl = (raw: string): boolean => {
   try {
     const url = new URL(raw);
-    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '' ? url : null;
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
   } catch {
-    return null;
+    return false;
   }
 };
 if (env.UPSTREAM_BASE_URL) {
-  const url = httpUrl(env.UPSTREAM_BASE_URL);
   // What comes before an `@` may be a password: never echoed, here or in the banner.
-  if (!url)
+  if (!httpUrl(env.UPSTREAM_BASE_URL))
     fail(
       `UPSTREAM_BASE_URL must be an http(s) URL, got "${env.UPSTREAM_BASE_URL.replace(/^[\s\S]*@/, '…@')}"`,
     );
-  // A registry file may not hold credentials, a query or a fragment in a base URL (its table and the logs show it);
-  // the key has its own setting.
-  if (url.username || url.password || /[?#]/.test(env.UPSTREAM_BASE_URL))
+  // The registry's own rule, said here in npm start's terms: the key has its own setting.
+  if (carriesMoreThanAPath(env.UPSTREAM_BASE_URL))
     fail(
       'UPSTREAM_BASE_URL must not carry credentials, a query or a fragment: give the key in UPSTREAM_API_KEY',
     );
   // Whatever else the registry refuses of the deployments it would seed, before anything starts.
   const issues = externalDeploymentIssues(readCatalog(), env.UPSTREAM_BASE_URL, {
-    ...(env.UPSTREAM_API_KEY ? { keyRef: 'env:UPSTREAM_API_KEY' } : {}),
+    withKey: Boolean(env.UPSTREAM_API_KEY),
     ...(env.UPSTREAM_MODEL ? { upstreamModel: env.UPSTREAM_MODEL } : {}),
   });
   if (issues) fail(`UPSTREAM_BASE_URL, UPSTREAM_API_KEY and UPSTREAM_MODEL cannot serve: ${issues}`);

@@ -87,7 +87,7 @@ export interface FunctionDefinition {
   readonly memoryMb?: number;
 }
 
-/** `http(`POST ${ENDPOINT_PATHS.embeddings}`)`, several routes for one function allowed. */
+/** `http('POST /v1/embeddings')` (paths from core/endpoints.ts), several routes for one function allowed. */
 export const http = (...routes: `${Route['method']} /${string}`[]): Trigger => ({
   kind: 'http',
   routes: routes.map((route) => {

@@ -1,3 +1,4 @@
+import { contended } from '#adapters/transaction-contention.ts';
 /**
  * The admin CLI's exit status, so that a script can tell what to do next (sysexits.h's numbers):
  * - 2: the command line is wrong (a usage error), or a value in it refused (an unknown account or key prefix, a bad
@@ -52,9 +53,9 @@ export const isTransient = (error: unknown, depth = 0): boolean => {
   if (typeof status === 'number' && (status >= 500 || status === 429)) return true;
   if (typeof e.name === 'string' && TRANSIENT_NAMES.has(e.name)) return true;
   if (typeof e.code === 'string' && TRANSIENT_CODES.has(e.code)) return true;
-  // A transaction another write got in the way of (its reasons say so): the same command may pass when run again.
-  const reasons = (error as { CancellationReasons?: { Code?: unknown }[] }).CancellationReasons;
-  if (Array.isArray(reasons) && reasons.some((r) => r?.Code === 'TransactionConflict')) return true;
+  // A transaction another write got in the way of, or throttled (its reasons say so): it may pass when run again.
+  const reasons = (error as { CancellationReasons?: { Code?: string }[] }).CancellationReasons;
+  if (Array.isArray(reasons) && contended(reasons)) return true;
   // Node's connection attempts to every address of a host fail together as one AggregateError.
   if (error instanceof AggregateError && error.errors.some((inner) => isTransient(inner, depth + 1)))
     return true;

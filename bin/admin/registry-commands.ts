@@ -117,7 +117,8 @@ const warnEnvKeyRefs = (deployments: readonly Deployment[], where: Target, warn:
 
 /**
  * Runs one registry command; returns what goes to stdout. Warnings (accepted, but probably not meant) go to
- * `warn`; refusals are thrown as `UsageError` (exit status 2), a wrong command line's and a refused change's alike.
+ * `warn`; refusals are thrown — `UsageError` for a wrong command line or a refused value, `RegistryFileError` for an
+ * invalid file, `RegistryConflictError` for a taken or missing id — and exit 2 alike (`refused` in bin/admin.ts).
  */
 export const runRegistryCommand = async (
   argv: readonly string[],

@@ -74,11 +74,19 @@ export const simulatorDeployments = (models: readonly Model[], simulatorUrl: str
     })),
   );
 
+/** How the deployments at `UPSTREAM_BASE_URL` are called. */
+export interface ExternalUpstream {
+  /** With `UPSTREAM_API_KEY` as their key (an `env:` reference to it: the registry holds no key). */
+  readonly withKey?: boolean;
+  /** `UPSTREAM_MODEL`: the upstream's name for every model (default: each model's own id). */
+  readonly upstreamModel?: string;
+}
+
 /** One deployment per model at an operator-chosen OpenAI-compatible server (`UPSTREAM_BASE_URL`). */
 export const externalDeployments = (
   models: readonly Model[],
   baseUrl: string,
-  options: { keyRef?: string; upstreamModel?: string },
+  options: ExternalUpstream,
 ): Deployment[] =>
   models.map((model) => ({
     id: `${model.id}@upstream`,
@@ -87,7 +95,7 @@ export const externalDeployments = (
     adapter: 'openai-compatible' as const,
     baseUrl: baseUrl.replace(/\/+$/, ''),
     upstreamModel: options.upstreamModel ?? model.id,
-    keyRefs: options.keyRef ? [options.keyRef] : [],
+    keyRefs: options.withKey ? ['env:UPSTREAM_API_KEY'] : [],
     priority: 1,
     weight: 1,
     ...(model.flags.reasoning ? { reasoningParams: REASONING_PARAMS } : {}),
@@ -103,7 +111,7 @@ export const externalDeployments = (
 export const externalDeploymentIssues = (
   models: readonly Model[],
   baseUrl: string,
-  options: { keyRef?: string; upstreamModel?: string },
+  options: ExternalUpstream,
 ): string | null => {
   const issues = new Set<string>();
   for (const deployment of externalDeployments(models, baseUrl, options)) {

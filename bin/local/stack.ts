@@ -200,7 +200,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       ? registryFile.deployments(simulatorUrl)
       : options.upstreamBaseUrl
         ? externalDeployments(models, options.upstreamBaseUrl, {
-            ...(options.upstreamApiKey ? { keyRef: 'env:UPSTREAM_API_KEY' } : {}),
+            withKey: Boolean(options.upstreamApiKey),
             ...(options.upstreamModel ? { upstreamModel: options.upstreamModel } : {}),
           })
         : simulatorDeployments(models, simulatorUrl as string);

@@ -13,9 +13,7 @@ export interface ServiceWorker<T> {
    * simulator the rest of the stack would otherwise keep serving around; never resolves otherwise.
    */
   readonly lost: Promise<Error>;
-  /** Resolves when the thread has ended, however (a stop, a crash, terminate()). */
-  readonly ended: Promise<void>;
-  /** Whether it has ended already. */
+  /** Whether the thread has ended already, however (a stop, a crash, terminate()). */
   hasEnded(): boolean;
   stop(): Promise<void>;
 }
@@ -61,7 +59,6 @@ export const startServiceWorker = async <T>(
     ready,
     port: worker,
     lost,
-    ended,
     hasEnded: () => exited,
     stop: async () => {
       stopping = true;

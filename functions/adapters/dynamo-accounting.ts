@@ -32,6 +32,7 @@ import {
   type Tier,
 } from '#core/limits.ts';
 import { profileOf } from './dynamo-accounts.ts';
+import { contended } from './transaction-contention.ts';
 
 /**
  * Accounting in DynamoDB: every money and limit invariant is a condition on a transaction.
@@ -174,13 +175,6 @@ const contendedOnly = <R extends string>(
   roles: readonly R[],
   role: R,
 ) => reasons.every((r, i) => r.Code === undefined || r.Code === 'None' || roles[i] === role);
-const conflicted = (reasons: readonly CancellationReason[]) =>
-  reasons.some(
-    (r) =>
-      r.Code === 'TransactionConflict' ||
-      r.Code === 'ThrottlingError' ||
-      r.Code === 'ProvisionedThroughputExceeded',
-  );
 
 export interface WalletReport extends WalletState {
   readonly holds: { readonly requestId: string; readonly amount: number; readonly expiresAt: number }[];
@@ -313,7 +307,7 @@ export class DynamoAccounting implements AccountingStore {
         bucket: failed(reasons[0]) ? bucketOf(reasons[0]?.Item) : null,
         bucketGen: failed(reasons[0]) ? genOf(reasons[0]?.Item) : 0,
         wallet: plan.hold && failed(reasons[1]) ? walletOf(reasons[1]?.Item) : null,
-        conflict: conflicted(reasons),
+        conflict: contended(reasons),
       };
     }
   }
@@ -467,7 +461,7 @@ export class DynamoAccounting implements AccountingStore {
         const reasons = error.CancellationReasons ?? [];
         const reasonOf = (role: (typeof roles)[number]) => reasons[roles.indexOf(role)];
         if (failed(reasonOf('marker'))) return 'duplicate';
-        if (conflicted(reasons)) {
+        if (contended(reasons)) {
           // The counters are the hottest items there are (every settlement of a minute shares its shards; an outage
           // puts every fault in one day's partition): contention on them alone must not keep money from settling,
           // nor send the record to the dead-letter queue. From the second such miss the money settles alone.
@@ -581,7 +575,7 @@ export class DynamoAccounting implements AccountingStore {
         const reasons =
           error instanceof TransactionCanceledException ? (error.CancellationReasons ?? []) : [];
         if (failed(reasons[0])) return;
-        if (!conflicted(reasons) || attempt === COUNT_APART_ATTEMPTS) {
+        if (!contended(reasons) || attempt === COUNT_APART_ATTEMPTS) {
           this.#warn('usage not counted; the settlement stands', { settlementId: plan.settlementId, error });
           return;
         }
@@ -826,7 +820,7 @@ export class DynamoAccounting implements AccountingStore {
       const [hold, wallet] = error.CancellationReasons ?? [];
       if (failed(hold)) return 'gone';
       if (failed(wallet)) return num(wallet?.Item?.owed);
-      if (conflicted(error.CancellationReasons ?? [])) return owedSeen;
+      if (contended(error.CancellationReasons ?? [])) return owedSeen;
       throw error;
     }
   }
@@ -1097,7 +1091,7 @@ export class DynamoAccounting implements AccountingStore {
         if (failed(reasons[0]) && this.#creditedBefore(reasons[0]?.Item ?? {}, input)) return false;
         if (failed(reasons[3])) throw new Error(`No account ${input.accountId}`);
         // An admission moved the buckets since they were read for the upgrade: read them again.
-        if (conflicted(reasons) || failed(reasons[1]) || (upgradeAt >= 0 && failed(reasons[upgradeAt]))) {
+        if (contended(reasons) || failed(reasons[1]) || (upgradeAt >= 0 && failed(reasons[upgradeAt]))) {
           await this.#sleep(Math.random() * 10 * 2 ** attempt);
           continue;
         }

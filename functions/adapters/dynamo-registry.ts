@@ -17,6 +17,7 @@ import type { Clock } from '#core/ports.ts';
 import { Catalog, type Deployment, type Model, type Rates } from '#core/registry.ts';
 import type { Logger } from './logger.ts';
 import { deploymentSchema, describeIssues, modelSchema, ratesSchema } from './registry-codec.ts';
+import { contended } from './transaction-contention.ts';
 
 /**
  * Registry items: `pk = model#<id>` with `sk = model` for the model and `sk = deployment#<id>` for each of
@@ -177,8 +178,8 @@ export class DynamoRegistry {
       );
     } catch (error) {
       if (!(error instanceof TransactionCanceledException)) throw error;
-      // Cancelled by a concurrent write, not by a condition: not a refusal — the same write may pass when run again.
-      if (error.CancellationReasons?.some((r) => r.Code === 'TransactionConflict')) throw error;
+      // Cancelled by a concurrent write or throttling, not by a condition: not a refusal — it may pass when run again.
+      if (contended(error.CancellationReasons)) throw error;
       const [model] = error.CancellationReasons ?? [];
       throw new RegistryConflictError(
         model?.Code === 'ConditionalCheckFailed'

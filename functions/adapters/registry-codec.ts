@@ -37,6 +37,16 @@ export const modelSchema = z.strictObject({
   created: z.number().int().nonnegative().default(1_767_225_600),
 }) satisfies z.ZodType<Model, unknown>;
 
+/**
+ * Whether a base URL carries credentials, a query or a fragment: none may be in one. A key there would show in the
+ * registry table, its exports and error messages; a query or fragment (even a bare trailing `?` or `#`, which parses
+ * to nothing) would cut every path appended to it.
+ */
+export const carriesMoreThanAPath = (url: string): boolean => {
+  const parsed = new URL(url);
+  return parsed.username !== '' || parsed.password !== '' || /[?#]/.test(url);
+};
+
 export const deploymentSchema = z
   .strictObject({
     id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/),
@@ -45,13 +55,10 @@ export const deploymentSchema = z
     adapter: z.enum(['openai-compatible', 'anthropic']),
     // Keys live in keyRefs, never in the URL: the registry table, its exports and error messages (the price sync
     // logs a URL it cannot fetch) all show it.
-    baseUrl: z.url({ protocol: /^https?$/ }).refine((url) => {
-      if (!URL.canParse(url)) return true; // z.url has said what is wrong with it
-      const parsed = new URL(url);
-      // The raw text too: a bare trailing `?` or `#` parses to an empty query or fragment, and would still cut every
-      // path appended to the URL.
-      return parsed.username === '' && parsed.password === '' && !/[?#]/.test(url);
-    }, 'no credentials, query or fragment in a base URL (upstream keys go in keyRefs)'),
+    baseUrl: z.url({ protocol: /^https?$/ }).refine(
+      (url) => !URL.canParse(url) || !carriesMoreThanAPath(url), // z.url says what is wrong with one that does not parse
+      'no credentials, query or fragment in a base URL (upstream keys go in keyRefs)',
+    ),
     // Sent upstream in a JSON body and shown in a response header (x-svc-served-model): no control characters.
     upstreamModel: z
       .string()

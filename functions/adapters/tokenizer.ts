@@ -1,4 +1,4 @@
-import { countTokens, DEFAULT_MERGE_CACHE_SIZE, setMergeCacheSize } from 'gpt-tokenizer';
+import { clearMergeCache, countTokens, DEFAULT_MERGE_CACHE_SIZE, setMergeCacheSize } from 'gpt-tokenizer';
 import type { TokenCounter } from '#core/ports.ts';
 
 /** User text may contain special-token spellings (`<|endoftext|>`); they count as plain text, never throw. */
@@ -69,8 +69,7 @@ const countPiece = (piece: string): number => {
   if (piece.length < UNCACHED_FROM) {
     cachedChars += piece.length;
     if (cachedChars > CACHED_CHARS_BUDGET) {
-      setMergeCacheSize(0);
-      setMergeCacheSize(DEFAULT_MERGE_CACHE_SIZE);
+      clearMergeCache();
       cachedChars = piece.length;
     }
     return countTokens(piece, PLAIN_TEXT);

@@ -88,7 +88,8 @@ export interface KeyMemory {
   failed(deploymentId: string, keyIndex: number, failure: UpstreamFailure): void;
 }
 /** Failures that mean "busy", which the client sees as 429 when every deployment reports one. */
-const BUSY: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited']);
+/** Failures that say the upstream is busy (now, or for our key): they carry when to come back (Retry-After). */
+export const BUSY: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited']);
 
 export interface Attempt {
   readonly deployment: string;

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import middy from '@middy/core';
 import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
 import type { APIGatewayProxyEvent } from 'aws-lambda';
-import type { Logger } from '#adapters/logger.ts';
+import { createLogger, type Logger } from '#adapters/logger.ts';
 import { ApiError, InternalError, RouteNotFoundError } from '#core/errors.ts';
 import { runAfterResponse } from './after-response.ts';
 import { CORS_HEADERS, preflightResponse } from './cors.ts';
@@ -43,27 +43,25 @@ const errorHandler = (
 /**
  * The function's logger — which is its container's: a function that cannot build its container (a bad setting)
  * has none, and the error that says so must still become the client's OpenAI-shaped 500, not the platform's bare 502.
- * It is said on stderr instead, by name and message only (no cause, whose fields might hold a setting's value).
+ * It is said by a logger of its own at `warn` (the project's line, which Lambda's log-level filter reads), by name and
+ * message only (no cause, whose fields might hold a setting's value).
  */
 const loggerOrNone = (log: () => Logger): Pick<Logger, 'error' | 'warn'> => {
   try {
     return log();
   } catch (failure) {
-    const said = (level: string) => (message: string, fields: { requestId: string; error?: unknown }) => {
-      const { error } = fields;
-      process.stderr.write(
-        `${JSON.stringify({
-          level,
-          message,
-          requestId: fields.requestId,
-          error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-          logger: failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure),
-        })}\n`,
-      );
-    };
-    return { error: said('error'), warn: said('warn') } as Pick<Logger, 'error' | 'warn'>;
+    const fallback = createLogger('warn', { logger: said(failure) });
+    const named =
+      (write: Logger['error']) =>
+      (message: string, fields?: { error?: unknown }): void =>
+        write(message, { ...fields, error: said(fields?.error) });
+    return { error: named(fallback.error), warn: named(fallback.warn) };
   }
 };
+
+/** An error by name and message only: its cause chain, which the logger would follow, might hold a setting's value. */
+const said = (error: unknown): string =>
+  error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 
 const CORS_HEADER_ENTRIES = Object.entries(CORS_HEADERS);
 
@@ -167,7 +165,8 @@ export const httpHandler = (
     .handler((event, context) => fn(event as HttpEvent, context));
 
 /**
- * `/v1/models/` and `/v1/models` alike. Not `replace(/\/+$/, '')`: that regex retries from every slash of a run
+ * A path without its trailing slashes, so that a function serves `/v1/models/` as `/v1/models` (and its own path
+ * with or without one). Not `replace(/\/+$/, '')`: that regex retries from every slash of a run
  * that does not end the path, so `/v1/models/` + 16,000 slashes + `x` held an instance ~0.3 s per request.
  */
 export const withoutTrailingSlashes = (path: string): string => {

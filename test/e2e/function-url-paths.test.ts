@@ -1,6 +1,6 @@
 import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Container } from '#functions/container.ts';
 import { functionUrlEvent, invocationContext, invokeStreaming, readBody } from '#local/function-url.ts';
 import type { StreamingHandler } from '#local/lambda-runtime.ts';
@@ -98,14 +98,32 @@ describe("a function behind its Function URL, asked for a path that isn't its ow
 
 describe('a function that cannot start (its settings refused)', () => {
   it('answers an OpenAI-shaped 500 with its request id, not the platform’s bare 502', async () => {
-    for (const res of [
+    const written: string[] = [];
+    const stdout = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+      written.push(String(chunk));
+      return true;
+    });
+    const responses = [
       await fetch(`${urls.brokenModels}/v1/models`, { headers: { authorization: `Bearer ${t.apiKey}` } }),
       await fetch(`${urls.brokenChat}/v1/chat/completions`, {
         method: 'POST',
         headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
         body: JSON.stringify(chatBody),
       }),
-    ]) {
+    ];
+    stdout.mockRestore();
+    // Said in the project's log line (a timestamp, so Lambda's log-level filter keeps it), by name and message only.
+    const said = written
+      .flatMap((w) => w.split('\n'))
+      .filter((l) => l.includes('EMBEDDINGS_TABLE is not set'));
+    expect(said.length).toBeGreaterThanOrEqual(2);
+    for (const line of said)
+      expect(JSON.parse(line)).toMatchObject({
+        level: 'error',
+        timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+        logger: 'Error: EMBEDDINGS_TABLE is not set',
+      });
+    for (const res of responses) {
       expect(res.status).toBe(500);
       expect(res.headers.get('x-request-id')).toMatch(/^req_/);
       expect(res.headers.get('access-control-allow-origin')).toBe('*');

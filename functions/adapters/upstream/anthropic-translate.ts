@@ -6,7 +6,7 @@ import {
   type ToolCall,
   temperatureIsDefault,
 } from '#core/chat.ts';
-import { type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
+import { BUSY, type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
 import type { ChatStreamEvent } from '#core/upstream.ts';
 import type { Usage } from '#core/usage.ts';
 import { REQUEST_TOO_LARGE } from './http.ts';
@@ -637,7 +637,7 @@ export const anthropicStatusFailure = (
     {
       status,
       upstreamError: limit ?? upstreamError,
-      retryAfterMs: kind === 'overloaded' || kind === 'rate_limited' ? retryAfterMs : null,
+      retryAfterMs: BUSY.has(kind) ? retryAfterMs : null,
     },
   );
 };

@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { Agent, type Dispatcher } from 'undici';
-import { type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
+import { BUSY, type FailureKind, type UpstreamErrorBody, UpstreamFailure } from '#core/fallback.ts';
 
 export interface PostOptions {
   readonly url: URL;
@@ -270,7 +270,7 @@ export const statusFailure = async (response: UpstreamResponse): Promise<Upstrea
     {
       status,
       upstreamError,
-      retryAfterMs: kind === 'overloaded' || kind === 'rate_limited' ? retryAfterMs(response.headers) : null,
+      retryAfterMs: BUSY.has(kind) ? retryAfterMs(response.headers) : null,
     },
   );
 };

@@ -47,15 +47,13 @@ export class OpenAiCompatibleChat implements ChatProvider {
 
   stream(call: UpstreamCall): Promise<ChatStream> {
     const id = call.deployment.id;
-    const until = this.#notStreaming.get(id);
-    if (until !== undefined) {
-      if (until > this.#now()) return this.#wholeAsStream(call);
-      this.#notStreaming.delete(id);
-    }
+    const mode = this.streamMode(call.deployment);
+    if (mode === 'whole') return this.#wholeAsStream(call);
+    if (mode === 'recheck') this.#notStreaming.delete(id);
     // The first stream call after a mark ran out asks to stream again, but may get a whole reply once more: it waits
     // as long as a whole reply may take, not a first event's time, lest a long one be cut and paid for for nothing.
     const firstByteMs =
-      until === undefined
+      mode === 'stream'
         ? this.#http.firstByteTimeoutMs(call.deployment)
         : Math.max(
             this.#http.firstByteTimeoutMs(call.deployment),

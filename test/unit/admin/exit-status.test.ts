@@ -22,6 +22,11 @@ describe('isTransient (exit status 75: run it again)', () => {
         $metadata: { httpStatusCode: 400 },
         CancellationReasons: [{ Code: 'None' }, { Code: 'TransactionConflict' }],
       }),
+      // …or because an item was throttled.
+      aws('TransactionCanceledException', {
+        $metadata: { httpStatusCode: 400 },
+        CancellationReasons: [{ Code: 'ThrottlingError' }, { Code: 'None' }],
+      }),
     ])
       expect(isTransient(error), `${error.name}: ${error.message}`).toBe(true);
   });
