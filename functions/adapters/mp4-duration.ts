@@ -159,9 +159,21 @@ const fragmentSamples = (bytes: Uint8Array, view: DataView, trackId: number): nu
   return samples;
 };
 
+/** The track id in a `tkhd` (version 1 widens its times to 64 bits); null when the box is missing or short. */
+const trackIdOf = (bytes: Uint8Array, view: DataView, trak: Box): number | null => {
+  const tkhd = child(bytes, view, trak, 'tkhd');
+  if (!tkhd || tkhd.body + 24 > tkhd.end) return null;
+  return view.getUint32(tkhd.body + ((bytes[tkhd.body] as number) === 1 ? 20 : 12));
+};
+
 /**
- * The duration in ms of the first AAC sound track of an MP4/M4A, counted from its frames; null when the file
- * is not MP4 or has no such track; 0 when the track's frames are not in the file.
+ * The duration in ms of the longest AAC sound track of an MP4/M4A, counted from its frames; null when the file is
+ * not MP4, has no such track, or has a sound track of another codec; 0 when no track's frames are in the file.
+ *
+ * Every sound track is counted, not the first: a decoder picks the track it plays by its own rules (ffmpeg, which
+ * Whisper decodes with, prefers more channels), so a file whose first track holds a frame and whose second holds
+ * half an hour is billed on the half hour. A track's frames are those its sample table indexes plus those its
+ * fragments (`moof`) add: a file may carry both, and decoders play both.
  */
 export const mp4AacDurationMs = (bytes: Uint8Array): number | null => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -169,6 +181,8 @@ export const mp4AacDurationMs = (bytes: Uint8Array): number | null => {
   if (top[0]?.type !== 'ftyp') return null;
   const moov = top.find((box) => box.type === 'moov');
   if (!moov) return null;
+  const available = mediaBytes(bytes, view);
+  let longest: number | null = null;
   for (const trak of boxesIn(bytes, view, moov.body, moov.end)) {
     if (trak.type !== 'trak') continue;
     const mdia = child(bytes, view, trak, 'mdia');
@@ -179,18 +193,17 @@ export const mp4AacDurationMs = (bytes: Uint8Array): number | null => {
     const stbl = minf && child(bytes, view, minf, 'stbl');
     const stsd = stbl && child(bytes, view, stbl, 'stsd');
     if (!stbl || !stsd) continue;
+    // A sound track this cannot count may be the one a decoder plays: the whole file is then uncounted.
     const framing = mp4aFraming(bytes, view, stsd);
     if (!framing) return null;
     const stsz = child(bytes, view, stbl, 'stsz');
-    let frames = stsz ? tableSamples(view, stsz, mediaBytes(bytes, view)) : 0;
-    if (frames === 0) {
-      const tkhd = child(bytes, view, trak, 'tkhd');
-      if (!tkhd || tkhd.body + 24 > tkhd.end) return null;
-      const trackId = view.getUint32(tkhd.body + ((bytes[tkhd.body] as number) === 1 ? 20 : 12));
-      frames = fragmentSamples(bytes, view, trackId);
-    }
+    const trackId = trackIdOf(bytes, view, trak);
+    let frames = stsz ? tableSamples(view, stsz, available) : 0;
+    if (trackId !== null) frames += fragmentSamples(bytes, view, trackId);
+    // Without a track id no fragment can be told to be this track's: not a count of what it holds.
+    else if (frames === 0) return null;
     // An AAC track indexing frames that are not in the file (an empty `mdat`) holds no audio: 0.
-    return (frames * framing.frameSamples * 1000) / framing.rate;
+    longest = Math.max(longest ?? 0, (frames * framing.frameSamples * 1000) / framing.rate);
   }
-  return null;
+  return longest;
 };

@@ -8,7 +8,15 @@ import {
 } from '#adapters/audio-duration.ts';
 import { musicMetadataProbe } from '#adapters/audio-probe.ts';
 import { mp4AacDurationMs } from '#adapters/mp4-duration.ts';
-import { cutAudio, decodeAudio, encodeAudio, encodeAudioToPipe, makeWav } from '#test/audio.ts';
+import {
+  cutAudio,
+  decodeAudio,
+  decodedMp4Ms,
+  encodeAudio,
+  encodeAudioToPipe,
+  makeWav,
+  twoTrackM4a,
+} from '#test/audio.ts';
 
 /**
  * Transcription is billed on the duration the probe measures, so a duration a client can write into a header
@@ -294,6 +302,33 @@ describe('the transcription probe bills what decoders play, not what a header cl
     expect(Math.abs((mp4AacDurationMs(piped) ?? 0) - 4_000)).toBeLessThan(150);
     expect(Math.abs((await musicMetadataProbe.probe(piped)).durationMs - 4_000)).toBeLessThan(150);
     expect(mp4AacDurationMs(Buffer.from('not an mp4 file at all, no boxes'))).toBeNull();
+  });
+
+  it('bills the longest of several sound tracks: a decoder may play any of them', async () => {
+    // A frame's worth of mono first, ten seconds of stereo second: ffmpeg (which Whisper decodes with) plays the
+    // stereo one. Counting the first track alone billed this file as 0.1 s.
+    const m4a = await twoTrackM4a(makeWav({ durationMs: 100 }), makeWav({ durationMs: 10_000, channels: 2 }));
+    expect(Math.abs((await decodedMp4Ms(m4a)) - 10_000)).toBeLessThan(150);
+    expect(Math.abs((mp4AacDurationMs(m4a) ?? 0) - 10_000)).toBeLessThan(150);
+    const measured = await musicMetadataProbe.probe(m4a);
+    expect(measured.counted).toBe(true);
+    expect(Math.abs(measured.durationMs - 10_000)).toBeLessThan(150);
+    // The same, the long track first.
+    const longFirst = await twoTrackM4a(
+      makeWav({ durationMs: 10_000, channels: 2 }),
+      makeWav({ durationMs: 100 }),
+    );
+    expect(Math.abs((mp4AacDurationMs(longFirst) ?? 0) - 10_000)).toBeLessThan(150);
+  });
+
+  it("counts a track's indexed frames and its fragments' together", async () => {
+    // An indexed second, then four seconds of fragments (moof/mdat pairs) of the same track id appended.
+    const plain = await encodeAudio(makeWav({ durationMs: 1_000 }), 'm4a');
+    const piped = await encodeAudioToPipe(makeWav({ durationMs: 4_000 }), 'm4a');
+    const fragments = piped.subarray(piped.indexOf('moof') - 4);
+    const hybrid = Buffer.concat([plain, fragments]);
+    expect(Math.abs((mp4AacDurationMs(plain) ?? 0) - 1_000)).toBeLessThan(150);
+    expect(Math.abs((mp4AacDurationMs(hybrid) ?? 0) - 5_000)).toBeLessThan(250);
   });
 
   it('counts every data chunk of a WAV, and µ-law samples, whatever a fact chunk says', () => {

@@ -5,7 +5,7 @@
  * ffmpeg is the static binary of the `@ffmpeg-installer/linux-x64` dev dependency, or `FFMPEG_PATH`.
  */
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SPEECH_SAMPLE_RATE, synthesizeTone, wavFile } from '#sim/audio.ts';
@@ -119,6 +119,48 @@ export async function encodeAudioToPipe(wav: Buffer, format: 'flac' | 'webm' | '
     throw new Error(`ffmpeg could not encode ${format} to a pipe (exit ${run.code}): ${run.stderr.trim()}`);
   }
   return run.stdout;
+}
+
+/**
+ * An M4A with two AAC sound tracks, `first` then `second` (each a WAV), as a video with two language tracks carries
+ * them. Which one a decoder plays is its own choice: ffmpeg, left to choose, plays the one with more channels.
+ */
+export async function twoTrackM4a(first: Buffer, second: Buffer): Promise<Buffer> {
+  const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
+  try {
+    await writeFile(join(dir, 'first.wav'), first);
+    await writeFile(join(dir, 'second.wav'), second);
+    const output = join(dir, 'audio.m4a');
+    const args = [
+      ...['-hide_banner', '-v', 'error', '-i', join(dir, 'first.wav'), '-i', join(dir, 'second.wav')],
+      ...['-map', '0:a', '-map', '1:a', '-c:a', 'aac', '-f', 'ipod', output],
+    ];
+    const run = await runFfmpeg(args, Buffer.alloc(0));
+    if (run.code !== 0 || run.stderr.trim() !== '')
+      throw new Error(`ffmpeg could not write two tracks (exit ${run.code}): ${run.stderr.trim()}`);
+    return await readFile(output);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** What ffmpeg decodes of an MP4/M4A when it picks the track itself, in ms (a player's, or a provider's, view). */
+export async function decodedMp4Ms(bytes: Buffer): Promise<number> {
+  // From a file: an MP4's index may follow its media, which a pipe cannot seek back to.
+  const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
+  try {
+    await writeFile(join(dir, 'audio.m4a'), bytes);
+    const args = ['-hide_banner', '-v', 'error', '-i', join(dir, 'audio.m4a')];
+    const run = await runFfmpeg(
+      [...args, '-f', 's16le', '-ac', '1', '-ar', '16000', 'pipe:1'],
+      Buffer.alloc(0),
+    );
+    if (run.code !== 0)
+      throw new Error(`ffmpeg could not decode mp4 (exit ${run.code}): ${run.stderr.trim()}`);
+    return (run.stdout.length / 2 / 16_000) * 1000;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /** Formats of the speech endpoint's output, which {@link decodeAudio} accepts. */
