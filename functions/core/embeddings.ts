@@ -205,22 +205,36 @@ export const embeddingsCeiling = (prepared: PreparedEmbeddings): number => {
 };
 
 /**
- * Usage of an embeddings call: the upstream's input tokens held to what the call could take (embeddingsCeiling; a
- * report above it is a provider's error — one reported a billion tokens for three token ids), or our own count
- * when it reported none.
+ * The fewest input tokens an embeddings call can be billed: token ids are what the upstream embeds, so their count
+ * is exact; a text is never empty (prepareEmbeddings refuses it), so it is at least one token.
  */
-export const embeddingsUsage = (prepared: PreparedEmbeddings, reported: number | null): Usage => ({
-  promptTokens:
-    reported === null
+export const embeddingsFloor = (prepared: PreparedEmbeddings): number => {
+  let floor = 0;
+  for (const input of prepared.inputs) floor += typeof input === 'string' ? 1 : input.length;
+  return floor;
+};
+
+/**
+ * Usage of an embeddings call: the upstream's input tokens held between what the call must and could take
+ * (embeddingsFloor, embeddingsCeiling; a report above the ceiling is a provider's error — one reported a billion
+ * tokens for three token ids), or our own count when it reported none. A report of 0 is none: what was embedded was
+ * not empty, so the provider did not count (some OpenAI-compatible servers send zeros), and billing it served the
+ * call free.
+ */
+export const embeddingsUsage = (prepared: PreparedEmbeddings, reported: number | null): Usage => {
+  const counted = reported !== null && reported > 0;
+  return {
+    promptTokens: !counted
       ? prepared.promptTokens
       : reported <= prepared.promptTokens
-        ? reported
+        ? Math.max(reported, embeddingsFloor(prepared))
         : Math.min(reported, embeddingsCeiling(prepared)),
-  completionTokens: 0,
-  cachedPromptTokens: 0,
-  reasoningTokens: 0,
-  source: reported === null ? 'estimated' : 'upstream',
-});
+    completionTokens: 0,
+    cachedPromptTokens: 0,
+    reasoningTokens: 0,
+    source: counted ? 'upstream' : 'estimated',
+  };
+};
 
 /** OpenAI's embeddings list object, labelled with the public model id. */
 export const embeddingsResponse = (

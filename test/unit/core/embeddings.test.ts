@@ -3,6 +3,7 @@ import {
   base64ToVector,
   checkVectors,
   embeddingsCeiling,
+  embeddingsFloor,
   embeddingsReplyLimitBytes,
   embeddingsUsage,
   encodeVector,
@@ -231,11 +232,25 @@ describe('embeddings billing', () => {
     expect(costOf(embed, embeddingsUsage(prepared, 1))).toBe(50);
   });
 
+  it('bills no less than the inputs must hold, and takes a report of 0 tokens for no report', () => {
+    // Some OpenAI-compatible servers send zeros: billed as reported, every such call was served free.
+    const prepared = prepareEmbeddings({ model: 'm', input: ['a b c', 'd'] }, embed, wordCounter);
+    expect(embeddingsUsage(prepared, 0)).toMatchObject({ promptTokens: 4, source: 'estimated' });
+    // Fewer than our count is the provider's tokenizer, not ours: billed, but each text is at least a token.
+    expect(embeddingsFloor(prepared)).toBe(2);
+    expect(embeddingsUsage(prepared, 1)).toMatchObject({ promptTokens: 2, source: 'upstream' });
+    expect(embeddingsUsage(prepared, 3)).toMatchObject({ promptTokens: 3, source: 'upstream' });
+    // Token ids are counted exactly, and mixed with text each kind has its own floor.
+    const mixed = prepareEmbeddings({ model: 'm', input: [[1, 2, 3], [4]] }, embed, wordCounter);
+    expect(embeddingsFloor(mixed)).toBe(4);
+    expect(embeddingsUsage(mixed, 1).promptTokens).toBe(4);
+  });
+
   it('bills no more than the inputs could hold: token ids exactly, text at most twice its bytes', () => {
     // Three token ids are three tokens, whatever the upstream says.
     const ids = prepareEmbeddings({ model: 'm', input: [1, 2, 3] }, embed, wordCounter);
     expect(embeddingsUsage(ids, 1_000_000_000).promptTokens).toBe(3);
-    expect(embeddingsUsage(ids, 2).promptTokens).toBe(2);
+    expect(embeddingsUsage(ids, 2).promptTokens).toBe(3);
     // "a b c" is 5 bytes: at most 2 × 5 + 8 tokens; "é" is 2 bytes: 12. A provider counting more than we do
     // (its tokenizer is not ours) is billed up to there.
     const text = prepareEmbeddings({ model: 'm', input: ['a b c', 'é'] }, embedOf(8_192), wordCounter);
