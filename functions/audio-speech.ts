@@ -1,4 +1,4 @@
-import { countCharacters, SPEECH_FORMATS, speechUsage, upstreamSpeechBody } from '#core/audio.ts';
+import { SPEECH_FORMATS, speechCharacters, speechUsage, upstreamSpeechBody } from '#core/audio.ts';
 import { costOf } from '#core/pricing.ts';
 import { audioBody } from '#http/audio-stream.ts';
 import { inferenceHandler } from '#http/inference-handler.ts';
@@ -14,8 +14,8 @@ export const createHandler = (container: () => Container) =>
     await c.gateway.authenticate(header(event, 'authorization'), call);
     const request = parseSpeechRequest(jsonBody(event, c.config.maxJsonBodyBytes));
     const resolved = await c.gateway.resolve(request.model, 'speech', call);
-    // Billed per input character, so the hold is the exact cost.
-    const usage = speechUsage(countCharacters(request.input));
+    // Billed per character sent, so the hold is the exact cost.
+    const usage = speechUsage(speechCharacters(request));
     const admission = {
       requestId: call.requestId,
       estimatedTokens: 0,

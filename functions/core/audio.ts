@@ -90,7 +90,15 @@ export const countCharacters = (text: string): number => {
   return count;
 };
 
-/** Speech is billed on the input the client sent, known exactly before the call. */
+/**
+ * The characters a speech call is billed on: its `input` and its `instructions` (how to speak it), both sent to the
+ * upstream, which charges for both (per-token models count instructions as input text). Left out, 4,096 characters
+ * of instructions rode free on a one-character input. Known exactly before the call.
+ */
+export const speechCharacters = (request: Pick<SpeechRequest, 'input' | 'instructions'>): number =>
+  countCharacters(request.input) + countCharacters(request.instructions ?? '');
+
+/** Speech is billed on the characters the client sent (speechCharacters), known exactly before the call. */
 export const speechUsage = (characters: number): Usage => ({
   promptTokens: 0,
   completionTokens: 0,

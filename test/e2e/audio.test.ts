@@ -223,6 +223,28 @@ describe('POST /v1/audio/speech with the official openai SDK', () => {
     );
   });
 
+  it('debits the characters of instructions too: the provider is sent them, and charges for them', async () => {
+    const { id, key } = await fundedAccount(t);
+    const instructions = 'Speak slowly, in a calm voice. 🎧';
+    const response = await fetch(`${t.baseURL}/audio/speech`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'svc-tts',
+        input: 'Hi',
+        voice: 'nova',
+        response_format: 'pcm',
+        instructions,
+      }),
+    });
+    expect(response.status).toBe(200);
+    await response.arrayBuffer();
+    const wallet = await settledWallet(t, id);
+    expect(debitOf(wallet, response.headers.get('x-request-id') as string)).toBe(
+      (2 + [...instructions].length) * NANO_PER_CHARACTER,
+    );
+  });
+
   it('streams audio as it arrives rather than after the whole of it', async () => {
     const { key } = await fundedAccount(t);
     const response = await fetch(`${t.baseURL}/audio/speech`, {

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   billedAudioMs,
   countCharacters,
+  speechCharacters,
   speechUsage,
   subtitlesEndMs,
   transcriptionBody,
@@ -27,6 +28,11 @@ describe('speech billing', () => {
     expect(countCharacters('abc')).toBe(3);
     expect(countCharacters('🎧é世')).toBe(3);
     expect('🎧'.length).toBe(2);
+  });
+
+  it('counts the instructions with the input: both are sent to the provider', () => {
+    expect(speechCharacters({ input: 'abc' })).toBe(3);
+    expect(speechCharacters({ input: 'abc', instructions: 'calm 🎧' })).toBe(9);
   });
 
   it('costs 25 USD per 1M characters', () => {
