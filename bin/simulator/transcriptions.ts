@@ -11,6 +11,7 @@
 import { parseBuffer } from 'music-metadata';
 import { countedDurationMs, countsDecodedAudio, liveWebmDurationMs } from '#adapters/audio-duration.ts';
 import { formatOf } from '#adapters/audio-probe.ts';
+import { toSrt, toVtt } from '#core/subtitles.ts';
 import type { ApiCall, ApiEndpoint, ApiRejection } from '#sim/api.ts';
 import { invalidRequestError, type OpenAiErrorBody } from '#sim/errors.ts';
 import {
@@ -20,7 +21,6 @@ import {
   type RequestDirectives,
 } from '#sim/faults.ts';
 import { type Exchange, sendJson, sendText, sendTruncated } from '#sim/http.ts';
-import { toSrt, toVtt } from '#sim/subtitles.ts';
 import { fnv1aBytes } from '#sim/text.ts';
 import { buildTranscript, type Transcript } from '#sim/transcript.ts';
 

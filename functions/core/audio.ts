@@ -1,5 +1,6 @@
 import { UpstreamFailure } from './fallback.ts';
 import type { AudioInfo } from './ports.ts';
+import { type Cue, toSrt, toVtt } from './subtitles.ts';
 import type { AudioFile } from './upstream.ts';
 import type { Usage } from './usage.ts';
 
@@ -128,6 +129,13 @@ export const upstreamSpeechBody = (
   response_format: request.response_format ?? 'mp3',
 });
 
+/**
+ * The format a transcription is asked of the upstream in: one that carries the provider's measure of the audio
+ * (transcriptionBody) — plain text as JSON, subtitles as `verbose_json`, whose segments they are written from.
+ */
+export const upstreamTranscriptionFormat = (format: TranscriptionFormat): TranscriptionFormat =>
+  format === 'text' ? 'json' : format === 'srt' || format === 'vtt' ? 'verbose_json' : format;
+
 /** The form the upstream receives besides the file: the validated fields, with its own model name. */
 export const upstreamTranscriptionFields = (
   request: TranscriptionRequest,
@@ -137,8 +145,7 @@ export const upstreamTranscriptionFields = (
   if (request.language !== undefined) fields.push(['language', request.language]);
   if (request.prompt !== undefined) fields.push(['prompt', request.prompt]);
   if (request.temperature !== undefined) fields.push(['temperature', String(request.temperature)]);
-  // Plain text is asked for as JSON, which carries the provider's duration (transcriptionBody).
-  fields.push(['response_format', request.response_format === 'text' ? 'json' : request.response_format]);
+  fields.push(['response_format', upstreamTranscriptionFormat(request.response_format)]);
   for (const g of request.timestamp_granularities) fields.push(['timestamp_granularities[]', g]);
   return fields;
 };
@@ -202,36 +209,27 @@ const reportedMs = (body: Record<string, unknown>): number | null => {
   return seconds === null ? null : seconds * 1000;
 };
 
-/**
- * How each subtitle format begins: SRT with its first cue's number (or nothing at all: audio without speech), WebVTT
- * with its signature (after an optional byte-order mark).
- */
-const SUBTITLES_START: Readonly<Record<'srt' | 'vtt', RegExp>> = {
-  srt: /^\uFEFF?(?:\s*$|\s*\d+[ \t]*\r?\n)/,
-  vtt: /^\uFEFF?WEBVTT(?:[ \t\r\n]|$)/,
-};
-
-/** A cue's end time in an SRT (`00:01:02,500`) or WebVTT (`01:02.500`, hours optional) timing line. */
-const CUE_END = /-->\s*(?:(\d{1,3}):)?(\d{1,2}):(\d{2})[.,](\d{3})/g;
-
-/**
- * The latest cue end of an SRT or WebVTT transcription, in ms: how much audio the provider says it heard (at
- * least — speech may stop before the audio does). Null when the document has no timing line.
- */
-export const subtitlesEndMs = (text: string): number | null => {
-  let end: number | null = null;
-  for (const [, h = '0', m, s, ms] of text.matchAll(CUE_END)) {
-    const at = ((Number(h) * 60 + Number(m)) * 60 + Number(s)) * 1000 + Number(ms);
-    if (end === null || at > end) end = at;
+/** A transcription's segments as subtitle cues; null when they are not a list of timed texts. */
+const cuesOf = (segments: unknown): Cue[] | null => {
+  if (!Array.isArray(segments)) return null;
+  const time = (t: unknown): t is number => typeof t === 'number' && Number.isFinite(t) && t >= 0;
+  const cues: Cue[] = [];
+  for (const segment of segments) {
+    const { start, end, text } = (segment ?? {}) as { start?: unknown; end?: unknown; text?: unknown };
+    if (!time(start) || !time(end) || typeof text !== 'string') return null;
+    cues.push({ start, end, text });
   }
-  return end !== null && end < 86_400_000 ? end : null;
+  return cues;
 };
 
 /**
- * The client's transcription body from the upstream's, and the duration it is billed on. JSON replies must be a
- * transcription object (else the reply is a protocol fault and another deployment is tried): JSON formats get
- * `usage` as we bill it, and `text` — asked upstream as JSON — gets the transcript as OpenAI sends plain text,
- * with a final newline. Subtitles pass through, their last cue standing for the provider's duration.
+ * The client's transcription body from the upstream's, and the duration it is billed on. The reply must be a
+ * transcription object (else it is a protocol fault and another deployment is tried): JSON formats get `usage` as
+ * we bill it; `text` — asked upstream as JSON — gets the transcript as OpenAI sends plain text, with a final
+ * newline; `srt` and `vtt` — asked upstream as `verbose_json` — are written from its segments. So every reply
+ * carries the provider's own measure of the audio: a subtitle document carries only its last cue's end, which
+ * Whisper can place past the end of the audio, and billed where ours is not a count (a WebM from a browser) it
+ * charged a few seconds of audio as tens.
  */
 export const transcriptionBody = (
   format: TranscriptionFormat,
@@ -239,14 +237,6 @@ export const transcriptionBody = (
   measured: MeasuredAudio,
 ): { body: string; audioMs: number; reportedMs: number | null } => {
   const text = upstream.toString('utf8');
-  if (format === 'srt' || format === 'vtt') {
-    // Passed through as they come, so checked to be what was asked for: a JSON error or a proxy's HTML page sent
-    // with a 200 would otherwise be served as subtitles, and billed.
-    if (!SUBTITLES_START[format].test(text))
-      throw new UpstreamFailure('protocol', `upstream transcription is not ${format}`);
-    const reportedMs = subtitlesEndMs(text);
-    return { body: text, audioMs: billedAudioMs(measured, reportedMs), reportedMs };
-  }
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -260,6 +250,11 @@ export const transcriptionBody = (
   const audioMs = billedAudioMs(measured, reported);
   if (format === 'text')
     return { body: `${(body as { text: string }).text}\n`, audioMs, reportedMs: reported };
+  if (format === 'srt' || format === 'vtt') {
+    const cues = cuesOf((body as { segments?: unknown }).segments);
+    if (cues === null) throw new UpstreamFailure('protocol', 'upstream transcription has no timed segments');
+    return { body: format === 'srt' ? toSrt(cues) : toVtt(cues), audioMs, reportedMs: reported };
+  }
   return {
     body: JSON.stringify({ ...body, usage: { type: 'duration', seconds: audioMs / 1000 } }),
     audioMs,

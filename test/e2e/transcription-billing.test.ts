@@ -11,26 +11,36 @@ import { startTestStack, type TestStack } from '#test/stack.ts';
  * WebM timestamps) and it was made to read shorter than it plays, the provider's reported duration is the truth,
  * and what it bills us: the call is billed on it. A provider's rounding up to whole seconds is not, and neither is
  * any report above what we counted of the audio present (WAV samples, MP3/FLAC/AAC frames): nothing plays longer.
+ * Subtitles are written from the `verbose_json` asked for upstream, and billed on its duration.
  */
 
 let t: TestStack;
 let upstream: Server;
 /** What the stand-in provider reports as the duration it transcribed, in seconds. */
 let reportedSeconds = 0;
+/** Where its last segment ends, when not at that duration (Whisper's can run past the audio). */
+let lastCueSeconds: number | undefined;
 
 beforeAll(async () => {
   upstream = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      // Subtitles say how long the provider heard in their last cue's end time.
-      if (/name="response_format"\r\n\r\nsrt\r\n/.test(Buffer.concat(chunks).toString('latin1'))) {
-        res.writeHead(200, { 'content-type': 'application/x-subrip' });
-        res.end(`1\n00:00:00,000 --> 00:00:${String(reportedSeconds).padStart(2, '0')},000\nhello\n\n`);
-        return;
+      const format = /name="response_format"\r\n\r\n(\w+)\r\n/.exec(
+        Buffer.concat(chunks).toString('latin1'),
+      )?.[1];
+      res.setHeader('content-type', 'application/json');
+      if (format === 'verbose_json') {
+        // The decode's exact duration, and segments whose last may run past it, as Whisper's can.
+        const segments = [{ id: 0, start: 0, end: lastCueSeconds ?? reportedSeconds, text: ' hello' }];
+        res.end(JSON.stringify({ task: 'transcribe', duration: reportedSeconds, text: 'hello', segments }));
+      } else if (format === 'json') {
+        res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: reportedSeconds } }));
+      } else {
+        // As some providers do (Groq serves no subtitles): the gateway must never ask for them.
+        res.statusCode = 400;
+        res.end(JSON.stringify({ error: { message: `response_format ${format} is not supported` } }));
       }
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: reportedSeconds } }));
     });
   });
   await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
@@ -84,11 +94,11 @@ describe('transcription billing against what the provider decoded', () => {
     expect(debitOf(await settledWallet(t, id), call.id)).toBe(sttCost(ours));
   });
 
-  it('bills an SRT transcription on its last cue when that runs clearly past the file, and on ours when not', async () => {
+  it('bills an SRT transcription on the provider’s decoded duration when clearly past the file, and on ours when not', async () => {
     const { id, key } = await fundedAccount(t);
     reportedSeconds = 45;
     const long = await transcribe(key, await ogg(2_000), 'srt');
-    expect(long.text).toContain('--> 00:00:45,000');
+    expect(long.text).toBe('1\n00:00:00,000 --> 00:00:45,000\nhello\n\n');
     const bytes = await ogg(2_500);
     const ours = await measuredMs(bytes);
     reportedSeconds = Math.ceil(ours / 1000);
@@ -96,6 +106,27 @@ describe('transcription billing against what the provider decoded', () => {
     const wallet = await settledWallet(t, id);
     expect(debitOf(wallet, long.id)).toBe(sttCost(45_000));
     expect(debitOf(wallet, rounded.id)).toBe(sttCost(ours));
+  });
+
+  it('bills subtitles on the decoded duration, not on a last cue that runs past the audio', async () => {
+    // A browser's WebM or an Ogg is measured by what it claims; the subtitles' last cue, billed before, charged
+    // these 2 seconds as 30.
+    const { id, key } = await fundedAccount(t);
+    const bytes = await ogg(2_000);
+    const ours = await measuredMs(bytes);
+    reportedSeconds = ours / 1000;
+    lastCueSeconds = 30;
+    try {
+      const srt = await transcribe(key, bytes, 'srt');
+      const vtt = await transcribe(key, bytes, 'vtt');
+      expect(srt.text).toContain('--> 00:00:30,000');
+      expect(vtt.text).toBe('WEBVTT\n\n00:00:00.000 --> 00:00:30.000\nhello\n\n');
+      const wallet = await settledWallet(t, id);
+      expect(debitOf(wallet, srt.id)).toBe(sttCost(ours));
+      expect(debitOf(wallet, vtt.id)).toBe(sttCost(ours));
+    } finally {
+      lastCueSeconds = undefined;
+    }
   });
 
   it('bills a plain-text transcription on the provider’s duration too (asked upstream as JSON)', async () => {

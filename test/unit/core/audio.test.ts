@@ -4,7 +4,6 @@ import {
   countCharacters,
   speechCharacters,
   speechUsage,
-  subtitlesEndMs,
   transcriptionBody,
   transcriptionUsage,
   upstreamTranscriptionFields,
@@ -64,8 +63,10 @@ describe('transcriptionBody', () => {
       audioMs: 2_000,
       reportedMs: 60_000,
     });
-    const srt = Buffer.from('1\n00:00:00,000 --> 00:00:30,000\nhi\n');
-    expect(transcriptionBody('srt', srt, counted)).toMatchObject({ audioMs: 2_000, reportedMs: 30_000 });
+    const verbose = Buffer.from(
+      JSON.stringify({ text: 'hi', duration: 30, segments: [{ start: 0, end: 30, text: 'hi' }] }),
+    );
+    expect(transcriptionBody('srt', verbose, counted)).toMatchObject({ audioMs: 2_000, reportedMs: 30_000 });
     expect(billedAudioMs(counted, 3_600_000)).toBe(2_000);
   });
 
@@ -100,12 +101,6 @@ describe('transcriptionBody', () => {
     expect(billedAudioMs(claimed(2_000), 3_001)).toBe(3_001);
   });
 
-  it('passes text formats through', () => {
-    expect(
-      transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:01,000\nhi\n'), claimed(1_000)).body,
-    ).toContain('-->');
-  });
-
   it('serves text from the JSON asked for upstream, billed on the reported duration like JSON', () => {
     const json = (seconds: number) =>
       Buffer.from(JSON.stringify({ text: 'hi there', usage: { type: 'duration', seconds } }));
@@ -127,32 +122,59 @@ describe('transcriptionBody', () => {
     expect(fields).toContainEqual(['response_format', 'json']);
   });
 
-  it('reads subtitles’ last cue end as the provider’s duration, billed when clearly past ours', () => {
-    const srt = '1\n00:00:00,000 --> 00:00:04,800\nhi\n\n2\n00:00:04,800 --> 00:01:00,250\nthere\n\n';
-    expect(subtitlesEndMs(srt)).toBe(60_250);
-    expect(transcriptionBody('srt', Buffer.from(srt), claimed(360)).audioMs).toBe(60_250);
-    // WebVTT may leave out the hours; the latest end counts, wherever its cue is.
-    const vtt = 'WEBVTT\n\n01:05.000 --> 01:10.500\nlate\n\n00:00.000 --> 00:02.000\nearly\n\n';
-    expect(subtitlesEndMs(vtt)).toBe(70_500);
-    expect(transcriptionBody('vtt', Buffer.from(vtt), claimed(2_000)).audioMs).toBe(70_500);
-    expect(subtitlesEndMs('WEBVTT\n\n01:02:03.004 --> 01:02:05.006\nx\n')).toBe(3_725_006);
-    // Within the rounding slack, and without any timing line, ours stands.
-    expect(
-      transcriptionBody('srt', Buffer.from('1\n00:00:00,000 --> 00:00:03,000\nhi\n'), claimed(2_500)).audioMs,
-    ).toBe(2_500);
-    expect(subtitlesEndMs('WEBVTT\n\n')).toBeNull();
-    expect(transcriptionBody('vtt', Buffer.from('WEBVTT\n\n'), claimed(2_500)).audioMs).toBe(2_500);
+  it('writes subtitles from the verbose JSON asked for upstream, billed on its duration, not on its last cue', () => {
+    for (const format of ['srt', 'vtt'] as const) {
+      const fields = upstreamTranscriptionFields(
+        { model: 'svc-stt', response_format: format, timestamp_granularities: [] },
+        'whisper-up',
+      );
+      expect(fields).toContainEqual(['response_format', 'verbose_json']);
+    }
+    // Whisper's last cue can run past the audio (here 2.4 s of it, the cue to 30 s): the decode's duration is billed.
+    const verbose = (duration: number) =>
+      Buffer.from(
+        JSON.stringify({
+          task: 'transcribe',
+          language: 'english',
+          duration,
+          text: ' Hi there. Bye.',
+          segments: [
+            { id: 0, start: 0, end: 1.5, text: ' Hi there.' },
+            { id: 1, start: 1.5, end: 30, text: ' Bye.' },
+          ],
+        }),
+      );
+    const srt = transcriptionBody('srt', verbose(2.4), claimed(2_000));
+    expect(srt).toEqual({
+      body: '1\n00:00:00,000 --> 00:00:01,500\nHi there.\n\n2\n00:00:01,500 --> 00:00:30,000\nBye.\n\n',
+      audioMs: 2_000, // within the rounding slack of ours
+      reportedMs: 2_400,
+    });
+    const vtt = transcriptionBody('vtt', verbose(60), claimed(2_000));
+    expect(vtt.body).toBe(
+      'WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nHi there.\n\n00:00:01.500 --> 00:00:30.000\nBye.\n\n',
+    );
+    // A file made to read short (2 s, decoded to 60): the provider's decode is billed.
+    expect(vtt.audioMs).toBe(60_000);
+    // Audio without speech has no cue: an empty SRT, a WebVTT of its header alone.
+    const silent = Buffer.from(JSON.stringify({ text: '', duration: 1, segments: [] }));
+    expect(transcriptionBody('srt', silent, claimed(1_000)).body).toBe('');
+    expect(transcriptionBody('vtt', silent, claimed(1_000)).body).toBe('WEBVTT\n\n');
   });
 
-  it('fails over on subtitles that are not subtitles (a JSON error or an HTML page sent with a 200)', () => {
+  it('fails over on subtitles asked for whose reply has no timed segments', () => {
     for (const format of ['srt', 'vtt'] as const) {
-      for (const body of ['{"error":{"message":"quota"}}', '<html>Bad gateway</html>', 'hello'])
+      for (const body of [
+        '1\n00:00:00,000 --> 00:00:04,800\nhi\n\n', // subtitles themselves: not what was asked for
+        '<html>Bad gateway</html>',
+        '{"text":"hi"}',
+        '{"text":"hi","segments":{}}',
+        '{"text":"hi","segments":[{"start":0,"end":"1","text":"hi"}]}',
+        '{"text":"hi","segments":[{"start":-1,"end":1,"text":"hi"}]}',
+        '{"text":"hi","segments":[null]}',
+      ])
         expect(() => transcriptionBody(format, Buffer.from(body), claimed(1_000))).toThrow(UpstreamFailure);
     }
-    // Audio without speech has no cue: an empty SRT, a WebVTT of its header alone.
-    expect(transcriptionBody('srt', Buffer.from(''), claimed(1_000)).audioMs).toBe(1_000);
-    expect(transcriptionBody('srt', Buffer.from('\n'), claimed(1_000)).audioMs).toBe(1_000);
-    expect(transcriptionBody('vtt', Buffer.from('\uFEFFWEBVTT\n\n'), claimed(1_000)).audioMs).toBe(1_000);
   });
 
   it('fails over on a JSON reply that is not a transcription', () => {

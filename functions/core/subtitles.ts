@@ -1,5 +1,8 @@
 /**
- * SubRip (`srt`) and WebVTT (`vtt`) documents, the subtitle formats of the transcription endpoint.
+ * SubRip (`srt`) and WebVTT (`vtt`) documents, the subtitle formats of the transcription endpoint, made from a
+ * transcription's segments: the gateway asks its upstream for `verbose_json` and writes these itself, so a call is
+ * billed on the provider's decoded `duration`, not on a last cue that can run past the audio (audio.ts); the upstream
+ * simulator writes them for its own `srt` and `vtt`.
  *
  * Laid out as OpenAI sends them: numbered SRT cues with comma decimals, a `WEBVTT` header and dot
  * decimals for VTT, cue text without the leading space of a transcription segment, and a blank line

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { formatTimestamp, toSrt, toVtt } from '#sim/subtitles.ts';
+import { formatTimestamp, toSrt, toVtt } from '#core/subtitles.ts';
 
 describe('formatTimestamp', () => {
   test('formats hours, minutes, seconds and milliseconds with the given separator', () => {
