@@ -10,6 +10,7 @@ import {
 } from '#adapters/registry-file.ts';
 import type { Deployment, Model } from '#core/registry.ts';
 import { localClientConfig } from './emulators.ts';
+import { SIMULATOR_SECRETS } from './seed.ts';
 
 /** A registry file (`REGISTRY_FILE`) as the local host seeds it instead of the catalog and its simulator. */
 export interface LocalRegistryFile {
@@ -35,7 +36,11 @@ const UNSTARTED_SIMULATOR = 'http://127.0.0.1:0';
  * Reads and validates the file at once — before any emulator starts — so a bad file fails `npm start` fast,
  * naming the field at fault. Throws `RegistryFileError` (or an Error when the file cannot be read).
  */
-export const readRegistryFile = (path: string): LocalRegistryFile => {
+export const readRegistryFile = (
+  path: string,
+  /** The environment its `env:` key references resolve in (the simulator's own keys are always there). */
+  secretEnv: Readonly<Record<string, string | undefined>> = {},
+): LocalRegistryFile => {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -60,11 +65,20 @@ export const readRegistryFile = (path: string): LocalRegistryFile => {
         ]
       : [],
   );
+  const env: Readonly<Record<string, string | undefined>> = { ...secretEnv, ...SIMULATOR_SECRETS };
+  const unset = checked.deployments.flatMap((d, i) => {
+    const missing = d.keyRefs.filter((ref) => ref.startsWith('env:') && !env[ref.slice('env:'.length)]);
+    return d.status === 'active' && missing.length > 0
+      ? [
+          `deployments[${i}].keyRefs: "${d.id}" reads ${missing.join(', ')}, unset here; without it it fails over to the next deployment`,
+        ]
+      : [];
+  });
   return {
     path,
     models: checked.models,
     usesSimulator: simulator,
-    warnings: [...checked.warnings, ...unresolvable],
+    warnings: [...checked.warnings, ...unresolvable, ...unset],
     deployments: (simulatorUrl) => [
       ...parseRegistryFile(input, { source: path, ...(simulatorUrl ? { simulatorUrl } : {}) }).deployments,
     ],

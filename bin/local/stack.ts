@@ -160,7 +160,9 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     const wantedPort = options.port ?? 8787;
     if (wantedPort !== 0) await portIsFree(wantedPort, options.host ?? '127.0.0.1');
     // A bad registry file fails here, naming the field at fault, before any emulator starts.
-    const registryFile = options.registryFile ? readRegistryFile(options.registryFile) : null;
+    const registryFile = options.registryFile
+      ? readRegistryFile(options.registryFile, options.secretEnv)
+      : null;
     for (const warning of registryFile?.warnings ?? []) log(`registry file: ${warning}`);
     let emulators: EmulatorEndpoints;
     if (options.emulators) emulators = options.emulators;

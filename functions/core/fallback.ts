@@ -108,7 +108,8 @@ export interface FallbackOptions {
   readonly cycleKeys: boolean;
   /**
    * Bound on upstream calls per request, so a bad day cannot multiply latency without limit. A deployment
-   * that cannot express the request (`unsupported`) made no call and does not count.
+   * that cannot express the request (`unsupported`), or whose key could not be read, made no call and does not
+   * count.
    */
   readonly maxAttempts: number;
   readonly clock: Clock;
@@ -269,10 +270,12 @@ export const deadlineError = (message?: string): DeadlineError =>
 
 /**
  * Whether an attempt reached an upstream: all but those a deployment's protocol could not express (`unsupported`
- * without a status; one the upstream answered, a request too large for its quota, did reach it).
+ * without a status; one the upstream answered, a request too large for its quota, did reach it) and those whose key
+ * could not be read (`auth` without a status: a refused key has the upstream's 401 or 403). Neither spends the
+ * call's budget of upstream calls, nor shows in `x-svc-attempts`.
  */
 const reachedUpstream = (outcome: Attempt['outcome'], status: number | null): boolean =>
-  outcome !== 'unsupported' || status !== null;
+  status !== null || (outcome !== 'unsupported' && outcome !== 'auth');
 
 /** Attempts that reached an upstream (bounded by `maxAttempts`). */
 export const countUpstreamCalls = (attempts: readonly Attempt[]): number => {

@@ -9,6 +9,13 @@ import type { SecretResolver } from '../secrets.ts';
 export const REREAD_REFUSED_KEY_MS = 60_000;
 
 /**
+ * How long a secret that could not be read (unset, missing, no access) stays unread: each call would otherwise read
+ * it again, and a Secrets Manager call that fails can take a fifth of a second, every call. A secret added later is
+ * picked up this soon.
+ */
+export const REREAD_UNAVAILABLE_KEY_MS = 30_000;
+
+/**
  * A deployment's upstream keys, resolved from their secret references on first use and cached for the
  * life of the instance — until the upstream refuses one (`refused`): the operator may have rotated it.
  * Which key a call uses is core's decision (`keyIndex`, see core/fallback.ts).
@@ -16,7 +23,10 @@ export const REREAD_REFUSED_KEY_MS = 60_000;
 export class KeyRing {
   readonly #secrets: SecretResolver;
   readonly #now: () => number;
-  readonly #resolved = new Map<string, { readonly value: Promise<string>; readonly at: number }>();
+  readonly #resolved = new Map<
+    string,
+    { readonly value: Promise<string>; readonly at: number; failed: boolean }
+  >();
 
   constructor(secrets: SecretResolver, now: () => number = Date.now) {
     this.#secrets = secrets;
@@ -39,21 +49,23 @@ export class KeyRing {
   async key(deployment: Deployment, keyIndex: number): Promise<string | null> {
     const ref = refOf(deployment, keyIndex);
     if (ref === null) return null;
-    let value = this.#resolved.get(ref)?.value;
-    if (value === undefined) {
-      const resolving = this.#secrets.resolve(ref);
-      this.#resolved.set(ref, { value: resolving, at: this.#now() });
-      // A failed resolution is not cached, so a secret added later is picked up (this read only: a refusal may
-      // have let a newer one replace it).
-      resolving.catch(() => {
-        if (this.#resolved.get(ref)?.value === resolving) this.#resolved.delete(ref);
+    let cached = this.#resolved.get(ref);
+    // A failed read is kept a while, then read again: a secret added later is picked up.
+    if (cached?.failed && this.#now() - cached.at >= REREAD_UNAVAILABLE_KEY_MS) cached = undefined;
+    if (cached === undefined) {
+      const entry = { value: this.#secrets.resolve(ref), at: this.#now(), failed: false };
+      this.#resolved.set(ref, entry);
+      entry.value.catch(() => {
+        entry.failed = true;
       });
-      value = resolving;
+      cached = entry;
     }
     try {
-      return await value;
+      return await cached.value;
     } catch (error) {
-      throw new UpstreamFailure('auth', `deployment ${deployment.id}: upstream key unavailable`, {
+      // No status: nothing was sent upstream (core/fallback.ts counts it as no upstream call).
+      const reason = error instanceof Error ? `: ${error.message}` : '';
+      throw new UpstreamFailure('auth', `deployment ${deployment.id}: upstream key unavailable${reason}`, {
         cause: error,
       });
     }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { KeyRing, REREAD_REFUSED_KEY_MS } from '#adapters/upstream/key-ring.ts';
+import { KeyRing, REREAD_REFUSED_KEY_MS, REREAD_UNAVAILABLE_KEY_MS } from '#adapters/upstream/key-ring.ts';
+import { UpstreamFailure } from '#core/fallback.ts';
 import { deployment } from '#test/fixtures.ts';
 
 /** A secret store whose value the test rotates, counting its reads. */
@@ -53,5 +54,39 @@ describe('KeyRing', () => {
     expect(store.reads).toBe(2);
     await ring.key(keyed, 1);
     expect(store.reads).toBe(3);
+  });
+
+  it('keeps a secret it could not read unread for a while, then reads it again: one added later is picked up', async () => {
+    let reads = 0;
+    let value: string | null = null;
+    const resolver = {
+      resolve: async (ref: string) => {
+        reads++;
+        if (value === null)
+          throw new Error(`Secret reference ${ref} points at an unset environment variable`);
+        return value;
+      },
+    };
+    let now = 0;
+    const ring = new KeyRing(resolver, () => now);
+    const failure = await ring.key(keyed, 0).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(UpstreamFailure);
+    // No status: nothing was sent upstream. The message says why, naming the reference, never a secret.
+    expect(failure).toMatchObject({ kind: 'auth', status: null });
+    expect((failure as Error).message).toContain(
+      'secretsmanager:upstream-a points at an unset environment variable',
+    );
+    // Every call meanwhile fails at once, without reading the secret again (a failed Secrets Manager read takes time).
+    value = 'added-key';
+    now += REREAD_UNAVAILABLE_KEY_MS - 1;
+    await expect(ring.key(keyed, 0)).rejects.toBeInstanceOf(UpstreamFailure);
+    expect(reads).toBe(1);
+    now += 1;
+    expect(await ring.key(keyed, 0)).toBe('added-key');
+    expect(reads).toBe(2);
+    // Once read, it stays.
+    now += REREAD_UNAVAILABLE_KEY_MS;
+    expect(await ring.key(keyed, 0)).toBe('added-key');
+    expect(reads).toBe(2);
   });
 });

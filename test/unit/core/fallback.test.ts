@@ -3,6 +3,7 @@ import { EngineOverloadedError, InvalidRequestError, UpstreamFaultError } from '
 import {
   type Attempt,
   abandoned,
+  countUpstreamCalls,
   type FailureKind,
   type KeyMemory,
   RouteCancelled,
@@ -237,6 +238,28 @@ describe('withFallback', () => {
     const { calls, result } = await run(() => 'server_error', { maxAttempts: 2 });
     expect(calls).toHaveLength(2);
     expect(result).toBeInstanceOf(UpstreamFaultError);
+  });
+
+  it('does not count an attempt whose key could not be read against maxAttempts: nothing was sent', async () => {
+    // The key ring's failure has no status (a refused key has the upstream's 401); with one call allowed, b serves.
+    const attempts: Attempt[] = [];
+    const calls: string[] = [];
+    const result = await withFallback(
+      [a, b],
+      { cycleKeys: true, maxAttempts: 1, clock: manualClock(), random: () => 0, attempts },
+      async (d, k) => {
+        calls.push(`${d.id}#${k}`);
+        if (d.id === 'a') throw new UpstreamFailure('auth', 'upstream key unavailable');
+        return 'served';
+      },
+    );
+    expect(result.value).toBe('served');
+    expect(calls).toEqual(['a#0', 'a#1', 'a#2', 'b#0']);
+    expect(countUpstreamCalls(attempts)).toBe(1);
+    // A refused key (401) reached its upstream: it counts, and with one call allowed nothing else is tried.
+    const refused = await run((d) => (d.id === 'a' ? 'auth' : 'ok'), { maxAttempts: 1 });
+    expect(refused.calls).toEqual(['a#0']);
+    expect(countUpstreamCalls(refused.attempts)).toBe(1);
   });
 
   it('does not count a deployment that could not express the request against maxAttempts', async () => {

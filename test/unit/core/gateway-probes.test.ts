@@ -205,6 +205,20 @@ describe('Gateway and our own credentials', () => {
       ['an upstream refused our key', { deployment: 'a', keyIndex: 0, status: 401 }],
     ]);
 
+    // A key that could not be read (no status: nothing was sent) is said as the configuration fault it is.
+    warnings.length = 0;
+    await gateway.route(resolved, new CallRecorder('chat.completions', 'req_3', clock), true, async (d) => {
+      if (d.id === 'a')
+        throw new UpstreamFailure('auth', 'deployment a: upstream key unavailable: env:K is unset');
+      return d.id;
+    });
+    expect(warnings).toEqual([
+      [
+        'an upstream key could not be read',
+        { deployment: 'a', keyIndex: 0, detail: 'deployment a: upstream key unavailable: env:K is unset' },
+      ],
+    ]);
+
     // Other failures are the deployment's health's business, not a credentials warning.
     warnings.length = 0;
     await gateway.route(resolved, new CallRecorder('chat.completions', 'req_2', clock), true, async (d) => {
