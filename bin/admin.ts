@@ -5,7 +5,8 @@
  *   accounts show ACCOUNT_ID                    show an account
  *   keys create ACCOUNT_ID [--name NAME]        create an API key; the key is printed once, never stored
  *   keys list ACCOUNT_ID                        list an account's keys (public prefixes only)
- *   keys revoke ACCOUNT_ID KEY_PREFIX           revoke keys by public prefix (e.g. svc_live_Ab12Cd34); the gateway
+ *   keys revoke ACCOUNT_ID KEY_PREFIX           revoke keys by public prefix (e.g. svc_live_Ab12Cd34; a whole key is
+ *                                               taken by its prefix, and never printed back); the gateway
  *                                               may accept them for the stage's KEY_CACHE_TTL_MS (default 5 s) more
  *   accounts quota ACCOUNT_ID [--rpm N|tier] [--rpd N|tier] [--tpm N|tier] [--tpd N|tier] | --clear
  *                                               a volume account's custom quota, which replaces the tier's limits:
@@ -47,6 +48,7 @@ import {
   MIN_TOP_UP_NANO,
   TopUpAmountError,
 } from '#core/accounting.ts';
+import { isWellFormedKey, publicPrefix } from '#core/api-keys.ts';
 import { DIMENSIONS, type Dimension, type QuotaChange, quotaProblem } from '#core/limits.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { planSettlement } from '#core/settlement.ts';
@@ -307,8 +309,14 @@ export const run = async (argv: readonly string[], env: NodeJS.ProcessEnv = proc
       case 'keys list':
         return JSON.stringify(await accounts.listKeys((await existing(0)).id), null, 2);
       case 'keys revoke': {
-        const revoked = await accounts.revokeKey((await existing(0)).id, need(1, 'KEY_PREFIX'));
-        if (revoked === 0) throw new UsageError(`no active key with prefix ${args[1]} on account ${args[0]}`);
+        const given = need(1, 'KEY_PREFIX');
+        // A whole key pasted in is taken by its public prefix, and never printed back: it is a secret.
+        const prefix = isWellFormedKey(given) ? publicPrefix(given) : given;
+        const revoked = await accounts.revokeKey((await existing(0)).id, prefix);
+        if (revoked === 0)
+          throw new UsageError(
+            `no active key with prefix ${prefix} on account ${args[0]} (give the prefix as \`keys list\` shows it — svc_live_ and up to 8 more characters — or the whole key)`,
+          );
         // The gateway caches key lookups per instance for its stage's KEY_CACHE_TTL_MS, which this CLI cannot read.
         return (
           `revoked ${revoked} key(s). The gateway may still accept them until its cached lookup expires, for up to ` +

@@ -186,6 +186,22 @@ describe('API keys through the admin CLI', () => {
     expect(listed[0]?.revokedAt).not.toBeNull();
   });
 
+  it('takes a whole key pasted in by its prefix, and never prints it back', async () => {
+    const { key: pasted } = await t.stack.container.accounts.createKey(accountId, { name: 'pasted' });
+    expect(await admin('keys', 'revoke', accountId, pasted)).toContain('revoked 1 key');
+    expect((await chat(pasted)).status).toBe(401);
+    // Again: no active key now, and the refusal names the prefix alone.
+    const failed = (await admin('keys', 'revoke', accountId, pasted).catch((error: unknown) => error)) as {
+      code: number;
+      stderr: string;
+      stdout: string;
+    };
+    expect(failed.code).toBe(2);
+    expect(failed.stderr).toContain(`no active key with prefix ${pasted.slice(0, 17)} on account`);
+    expect(failed.stderr).toContain('as `keys list` shows');
+    expect(`${failed.stderr}${failed.stdout}`).not.toContain(pasted.slice(17));
+  });
+
   it("says a revoked key may pass for the stage's key cache lifetime, and streams admitted run on", async () => {
     const { key: spare } = await t.stack.container.accounts.createKey(accountId, { name: 'spare' });
     const out = await admin('keys', 'revoke', accountId, spare.slice(0, 17));
