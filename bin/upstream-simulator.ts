@@ -4,7 +4,8 @@
  *     node bin/upstream-simulator.ts [--port 8790] [--host 127.0.0.1] [--latency-ms 50]
  *                                    [--prompt-caching-models gpt-4o,gpt-4o-mini]
  *
- * Prints `upstream simulator listening on <url>` and runs until SIGINT/SIGTERM. Importing this file has
+ * Prints `upstream simulator listening on <url>` and runs until SIGINT/SIGTERM; a bad option, or a port in use, is
+ * one line on stderr and exit status 2. Importing this file has
  * no side effects; use `startSimulator` from `#sim/server.ts` in code.
  */
 import { parseArgs } from 'node:util';
@@ -47,4 +48,18 @@ function integerOption(value: string | undefined, name: string): number | undefi
   return n;
 }
 
-if (import.meta.main) await main();
+const USAGE =
+  'usage: npm run simulator -- [--port 8790] [--host 127.0.0.1] [--latency-ms 50] [--prompt-caching-models a,b]';
+
+if (import.meta.main) {
+  if (process.argv.slice(2).some((arg) => arg === '--help' || arg === '-h')) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  // A bad option or a port in use is the operator's to fix: one line saying which, not a stack trace.
+  await main().catch((error: unknown) => {
+    const message = error instanceof Error ? error.message : String(error);
+    console.error(`upstream simulator: ${message}\n${USAGE}`);
+    process.exit(2);
+  });
+}

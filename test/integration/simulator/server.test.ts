@@ -1,6 +1,7 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { Agent, request } from 'node:http';
+import { Agent, createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, test } from 'vitest';
@@ -214,6 +215,40 @@ describe('the CLI', () => {
       expect(await waitForExit(child, 5000)).toBe(0);
     } finally {
       child.kill('SIGKILL');
+    }
+  });
+
+  test('refuses a bad option or a port in use in one line, not a stack trace', async () => {
+    const run = (...args: string[]) =>
+      new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          ['bin/upstream-simulator.ts', ...args],
+          { cwd: REPO_ROOT, timeout: 10_000 },
+          (error, stdout, stderr) =>
+            resolve({ code: error ? ((error as { code?: number }).code ?? null) : 0, stdout, stderr }),
+        );
+      });
+    const help = await run('--help');
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^usage: npm run simulator -- \[--port 8790\]/);
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = String((taken.address() as AddressInfo).port);
+      for (const [args, said] of [
+        [['--port', 'abc'], '--port must be a non-negative integer, got abc'],
+        [['--colour'], "Unknown option '--colour'"],
+        [['--port', port], 'EADDRINUSE'],
+      ] as const) {
+        const refused = await run(...args);
+        expect(refused.code, args.join(' ')).toBe(2);
+        expect(refused.stderr).toContain(`upstream simulator: `);
+        expect(refused.stderr).toContain(said);
+        expect(refused.stderr).not.toMatch(/^\s+at /m);
+      }
+    } finally {
+      taken.close();
     }
   });
 
