@@ -18,6 +18,10 @@ export interface AuthenticatorOptions {
   readonly maxEntries?: number;
 }
 
+/** The 401's message when a call carries no key (OpenAI's words, with our key format). */
+const NO_KEY =
+  "You didn't provide an API key. Pass it in an Authorization header using Bearer auth " +
+  '("Authorization: Bearer svc_live_…").';
 /**
  * Turns an `Authorization` header into a principal. Lookups are cached per instance, misses included, so a
  * flood of bad keys costs one store read per key per TTL (see RefreshingCache for how expiry behaves under
@@ -39,6 +43,8 @@ export class Authenticator {
   }
 
   async authenticate(authorization: string | undefined): Promise<Principal> {
+    // No Authorization header at all is said as such, as OpenAI says it: it tells nothing of any key.
+    if (authorization === undefined || authorization.trim() === '') throw new AuthenticationError(NO_KEY);
     const key = bearerKey(authorization);
     // Malformed keys never reach the store.
     if (key === null || !isWellFormedKey(key)) throw new AuthenticationError();

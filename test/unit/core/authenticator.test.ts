@@ -48,6 +48,14 @@ describe('Authenticator', () => {
     expect(lookups).toEqual([]);
   });
 
+  it('says a call without any key has none, as OpenAI does; any key sent is just incorrect', async () => {
+    const { auth } = setup();
+    for (const header of [undefined, '', '  '])
+      await expect(auth.authenticate(header)).rejects.toThrow(/^You didn't provide an API key\./);
+    for (const header of ['Bearer', `Basic ${GOOD}`, 'Bearer svc_live_short'])
+      await expect(auth.authenticate(header)).rejects.toThrow(/^Incorrect API key provided\./);
+  });
+
   it('refuses unknown and revoked keys alike', async () => {
     const { auth } = setup();
     await expect(auth.authenticate(`Bearer svc_live_${'C'.repeat(40)}`)).rejects.toBeInstanceOf(
