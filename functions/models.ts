@@ -14,7 +14,9 @@ const listings = new WeakMap<Catalog, unknown>();
 const listingOf = (catalog: Catalog): unknown => {
   let listing = listings.get(catalog);
   if (listing === undefined) {
-    listing = { object: 'list', data: catalog.list().map(modelObject) };
+    // In the order of their ids (code units, as every reader's sort), not the registry table's.
+    const models = catalog.list().sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    listing = { object: 'list', data: models.map(modelObject) };
     listings.set(catalog, listing);
   }
   return listing;

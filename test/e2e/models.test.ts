@@ -56,6 +56,9 @@ describe('GET /v1/models (openai SDK)', () => {
       expect(m).toMatchObject({ object: 'model', owned_by: m.family });
       expect(Number.isInteger(m.created)).toBe(true);
     }
+    // In the order of their ids, whatever order the registry's table returns them in: a person reads the list.
+    const ids = models.map((m) => m.id);
+    expect(ids).toEqual([...ids].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)));
   });
 
   it('lists the utility models with their own units, and the flags of §2.1', async () => {
