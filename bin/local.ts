@@ -10,7 +10,8 @@ import { carriesMoreThanAPath } from '#adapters/registry-codec.ts';
 import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
-import { TUNABLE_ENV } from '#functions/config.ts';
+import { loadConfig, TUNABLE_ENV } from '#functions/config.ts';
+import { queues, tables } from '#lib/resources.ts';
 import { holdTtlProblem } from '#lib/stage.ts';
 import { externalDeploymentIssues, readCatalog } from '#local/seed.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
@@ -88,6 +89,18 @@ const functionEnv: Record<string, string> = { LOG_LEVEL: 'warn' };
 // Every documented function setting may come from the shell, as a Lambda's configuration would set it.
 for (const name of ['LOG_LEVEL', 'PRICE_MIN_MARGIN', ...TUNABLE_ENV])
   if (env[name]) functionEnv[name] = env[name];
+// Each setting is checked as the functions will read it, before anything starts: a bad LOG_LEVEL or
+// MAX_JSON_BODY_BYTES was refused only once the emulators and the simulator were up. The resource names are the
+// stack's to give; stand-ins here.
+try {
+  loadConfig({
+    ...Object.fromEntries(Object.values(tables).map((t) => [t.envVar, 'not-started-yet'])),
+    [queues.settlement.envVar]: 'http://127.0.0.1/not-started-yet',
+    ...functionEnv,
+  });
+} catch (error) {
+  fail(error instanceof Error ? error.message : String(error));
+}
 // The local functions run with their Lambda timeouts, so a hold must outlive them here as on AWS (the stacks
 // refuse the same value at synth).
 if (functionEnv.HOLD_TTL_MS) {
@@ -133,6 +146,7 @@ const shutdown = async (signal: NodeJS.Signals) => {
   );
   removeOwnStackFile();
   await stack.stop({ graceMs: shutdownGraceMs });
+  console.log('stopped');
   process.exit(0);
 };
 // SIGHUP too: the JVM has its own process group (emulators.ts), so a closed terminal reaches only this process.
@@ -191,7 +205,7 @@ gateway listening on ${stack.url}/v1  (${instances} instance${instances === 1 ? 
 status page: ${stack.url}/  (usage.json ${env.CONSUMERS === 'off' ? 'not republished: CONSUMERS=off' : 'republished every 5 minutes'})
 ${env.REGISTRY_FILE ? `registry: ${env.REGISTRY_FILE}\n` : ''}upstream: ${stack.simulatorUrl ? `simulator at ${stack.simulatorUrl}` : (env.UPSTREAM_BASE_URL ?? 'as the registry file says')}
 demo API key (account acct_demo): ${env.DEMO_API_KEY ? '(from DEMO_API_KEY)' : stack.demoApiKey}${stack.revokedDemoKeys > 0 ? '  (the one the last start on this DATA_DIR generated is revoked)' : ''}
-demo wallet: ${nanoToUsd(stack.demoBalanceNano)} USD${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}${env.CONSUMERS === 'off' ? '\nCONSUMERS=off: settlement records stay on the queue, nothing is debited (benchmark comparison only)' : ''}
+demo wallet: ${nanoToUsd(stack.demoBalanceNano)} USD${env.DEMO_BALANCE_USD && stack.demoFundedBefore ? '  (funded by an earlier start on this DATA_DIR: DEMO_BALANCE_USD credits only a new demo wallet)' : ''}${env.METERING === 'off' ? '  — METERING=off: no limits, no holds (benchmark comparison only)' : ''}${env.CONSUMERS === 'off' ? '\nCONSUMERS=off: settlement records stay on the queue, nothing is debited (benchmark comparison only)' : ''}
 
 try it:
   curl ${stack.url}/v1/chat/completions -H "Authorization: Bearer ${env.DEMO_API_KEY ? '$DEMO_API_KEY' : stack.demoApiKey}" \\

@@ -102,6 +102,8 @@ export interface LocalStack {
   readonly revokedDemoKeys: number;
   /** What the demo wallet holds once the stack is up (its first top-up, or what a DATA_DIR kept). */
   readonly demoBalanceNano: number;
+  /** Whether a demo wallet DATA_DIR kept was funded before, so this start's demo balance credited nothing. */
+  readonly demoFundedBefore: boolean;
   readonly simulatorUrl: string | null;
   readonly emulators: EmulatorEndpoints;
   readonly resources: Provisioned;
@@ -283,7 +285,8 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     // credits nothing more — an account that was ever funded is trusted, permanently. (The reference once named
     // the amount, so a changed DEMO_BALANCE_USD credited the wallet again.)
     const demo = await container.accounts.getAccount(DEMO_ACCOUNT_ID);
-    if (options.demoBalanceNano && demo?.tier !== 'trusted') {
+    const demoFundedBefore = demo?.tier === 'trusted';
+    if (options.demoBalanceNano && !demoFundedBefore) {
       await container.accounting.topUp({
         accountId: DEMO_ACCOUNT_ID,
         amount: options.demoBalanceNano,
@@ -385,6 +388,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
       revokedDemoKeys,
       simulatorUrl,
       demoBalanceNano,
+      demoFundedBefore,
       emulators,
       resources,
       config,

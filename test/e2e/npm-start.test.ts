@@ -162,6 +162,8 @@ describe('npm start', () => {
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
+    // It says when it is done, so a person at the terminal knows the wait is over.
+    expect(watched.log()).toMatch(/SIGTERM: finishing requests under way[^\n]*\n(?:[^\n]*\n)*stopped\n/);
     expect(await portOpen(dynamoPort)).toBe(false);
     const { stdout } = await promisify(execFile)('ps', ['-eo', 'args']);
     expect(stdout).not.toContain(`-port ${dynamoPort}`);
@@ -263,6 +265,16 @@ describe('npm start with a configuration that cannot work', () => {
     const model = await refused({ UPSTREAM_BASE_URL: 'http://127.0.0.1:9/v1', UPSTREAM_MODEL: 'llama\t3' });
     expect(model.code).toBe(1);
     expect(model.stderr).toContain('upstreamModel: no control characters');
+  });
+
+  it.each([
+    ['LOG_LEVEL', 'verbose', 'LOG_LEVEL must be one of debug, info, warn, error, silent'],
+    ['MAX_JSON_BODY_BYTES', '99999999', 'MAX_JSON_BODY_BYTES must be an integer from 1024 to 4194304'],
+  ])('refuses %s=%s as the functions would, before starting anything', async (name, value, said) => {
+    const { code, stdout, stderr } = await refused({ [name]: value });
+    expect(code).toBe(1);
+    expect(stderr).toContain(`npm start: Environment variable ${said}`);
+    expect(stdout).not.toContain('DynamoDB Local listening');
   });
 
   it('refuses a HOLD_TTL_MS shorter than the longest call and its settlement, as the stacks do', async () => {

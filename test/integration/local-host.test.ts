@@ -89,6 +89,9 @@ describe('DATA_DIR', () => {
       const wallet = await second.container.accounting.report('acct_demo');
       expect(wallet.ledger.filter((e) => e.kind === 'credit')).toHaveLength(1);
       expect(second.demoBalanceNano).toBe(5 * NANO_PER_USD);
+      // And says so (npm start prints it beside the balance when DEMO_BALANCE_USD was given).
+      expect(first.demoFundedBefore).toBe(false);
+      expect(second.demoFundedBefore).toBe(true);
       // The first run's demo key still works; this run printed a new one as well.
       expect((await chat(second.url, key)).status).toBe(200);
       expect((await chat(second.url, second.demoApiKey)).status).toBe(200);
