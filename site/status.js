@@ -246,7 +246,11 @@ const render = (report) => {
       [m.id],
       [integer.format(m.requests), 'num'],
       [integer.format(m.tokens), 'num'],
-      [`${percent(m.uptime_percent)} (${integer.format(m.faults)} faults)`, 'num wide'],
+      // Nothing measured (no success, no fault): 100 % would read as measured uptime.
+      [
+        m.status === 'live' ? '—' : `${percent(m.uptime_percent)} (${integer.format(m.faults)} faults)`,
+        'num wide',
+      ],
       [statusTag(m.status), 'wide'],
     ],
     'No model has been called yet.',

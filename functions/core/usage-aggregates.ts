@@ -1,3 +1,4 @@
+import { countUpstreamCalls } from './fallback.ts';
 import type { Outcome, SettlementRecord } from './settlement.ts';
 import { isCharged, tokensOf } from './usage.ts';
 
@@ -198,8 +199,11 @@ const AGENT_TEXT: Readonly<Record<number, string>> = {
   429: 'rate limit of the account’s tier',
 };
 
-const attemptsText = (record: SettlementRecord): string =>
-  `${record.attempts.length} attempt${record.attempts.length === 1 ? '' : 's'}`;
+/** The upstream calls a call made (not a deployment that could not express it, nor an unreadable key). */
+const attemptsText = (record: SettlementRecord): string => {
+  const calls = countUpstreamCalls(record.attempts);
+  return `${calls} attempt${calls === 1 ? '' : 's'}`;
+};
 
 /**
  * The public detail of a fault. Error messages can echo what the caller sent (an unknown model id, a
@@ -217,7 +221,10 @@ export const faultDetail = (record: SettlementRecord): string => {
         return `no upstream answered within the longest time a call may take (${attemptsText(record)})`;
       return `every deployment failed (${attemptsText(record)}; last: ${kind})`;
     case 'overloaded':
-      return `every deployment overloaded (${attemptsText(record)})`;
+      // None tried: every circuit was open on overloads, and the call was refused before any attempt.
+      return countUpstreamCalls(record.attempts) === 0
+        ? 'every deployment overloaded (circuits open)'
+        : `every deployment overloaded (${attemptsText(record)})`;
     case 'unavailable':
       if (record.fault?.kind === 'registry_empty') return 'no eligible model: the model registry is empty';
       if (record.fault?.kind === 'no_eligible_model') return 'no eligible model: no deployment can serve it';

@@ -299,6 +299,10 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
   // Every model the registry lists, and every model that was called in the window (even if retired since).
   const listed = input.models.filter((m) => m.status === 'active').map((m) => m.id);
   const served = new Set(listed);
+  // Retired: listed so, or gone from a registry that serves others. A registry read as empty (spec §7's incident)
+  // retires nothing: its models answer 503 meanwhile, not 404, and come back.
+  const retired = new Set(input.models.filter((m) => m.status === 'retired').map((m) => m.id));
+  const isRetired = (id: string): boolean => retired.has(id) || (listed.length > 0 && !served.has(id));
   const modelIds = [...new Set([...listed, ...models.keys()])];
   const modelRows = modelIds
     .map((id) => {
@@ -310,7 +314,7 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
         uptime_percent: percent(t.successes, t.successes + t.faults),
         faults: t.faults,
         // Its numbers stay, for the window they cover; its status says it is not to be called now.
-        status: served.has(id) ? statusOf(t) : ('retired' as const),
+        status: isRetired(id) ? ('retired' as const) : statusOf(t),
       };
     })
     .sort((a, b) => b.requests - a.requests || b.tokens - a.tokens || a.id.localeCompare(b.id));
@@ -359,7 +363,13 @@ export const buildUsageReport = (input: ReportInput): UsageReport => {
       .filter((f) => f.group !== 'agent-error' && f.at <= now)
       .sort((a, b) => b.at - a.at)
       .slice(0, RECENT_FAULTS)
-      .map((f) => ({ at: iso(f.at), group: f.group, status: f.status, detail: f.detail })),
+      // To the second: the millisecond a stranger's call failed is more than a reader of the page needs.
+      .map((f) => ({
+        at: iso(Math.floor(f.at / 1000) * 1000),
+        group: f.group,
+        status: f.status,
+        detail: f.detail,
+      })),
   };
 };
 

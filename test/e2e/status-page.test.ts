@@ -135,10 +135,13 @@ describe('the status page', () => {
           m.id,
           integer.format(m.requests),
           integer.format(m.tokens),
-          `${m.uptime_percent}% (${m.faults} faults)`,
+          // A model never measured has no uptime to show: not 100 %.
+          m.status === 'live' ? '—' : `${m.uptime_percent}% (${m.faults} faults)`,
           m.status,
         ]),
       );
+      expect(report.models.some((m) => m.status === 'live')).toBe(true);
+      expect(report.models.some((m) => m.status !== 'live')).toBe(true);
       expect(await rows('frontier')).toEqual(
         report.frontier_models.map((m) => [
           m.id,

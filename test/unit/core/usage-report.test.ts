@@ -228,7 +228,7 @@ describe('the usage aggregates settlement writes', () => {
       'insufficient wallet balance',
       'rate limit of the account’s tier',
       'every deployment failed (2 attempts; last: upstream server error)',
-      'every deployment overloaded (0 attempts)',
+      'every deployment overloaded (circuits open)',
       'stream interrupted after the first byte: connection dropped',
       'no eligible model: the model registry is empty',
       'no eligible model: no deployment can serve it',
@@ -356,9 +356,9 @@ describe('buildUsageReport', () => {
     expect(report(workload, T0 + 22 * MIN).incidents[0]).toMatchObject({ status: 'ONGOING', end: null });
     // Dated when each call ended: 10 ms after it arrived.
     expect(r.recent_faults.map((f) => [f.at, f.group, f.status])).toEqual([
-      ['2026-11-22T12:20:00.010Z', 'incident', 503],
-      ['2026-11-22T12:00:04.010Z', 'famA-a', 500],
-      ['2026-11-20T12:00:00.010Z', 'famB-x', 500],
+      ['2026-11-22T12:20:00.000Z', 'incident', 503],
+      ['2026-11-22T12:00:04.000Z', 'famA-a', 500],
+      ['2026-11-20T12:00:00.000Z', 'famB-x', 500],
     ]);
   });
 
@@ -423,6 +423,25 @@ describe('buildUsageReport', () => {
         .map((m) => m.id)
         .sort(),
     ).toEqual(['famB-y', 'famZ-gone']);
+  });
+
+  it('retires nothing when the registry reads as empty: its models answer 503 meanwhile, and come back', () => {
+    const records = [
+      call({ model: 'famA-a' }),
+      failed('unavailable', 503, 'registry_empty', { model: 'famA-a' }),
+    ];
+    const input = (rs: readonly SettlementRecord[], listed: readonly Model[]) => ({
+      now: T0 + 40 * MIN,
+      models: listed,
+      rows: rowsOf(rs),
+      recentFaults: faultsOf(rs),
+    });
+    const r = buildUsageReport(input(records, []));
+    expect(r.models.find((m) => m.id === 'famA-a')?.status).toBe('degraded recently');
+    // A model the registry lists as retired is retired, whatever else it reads.
+    const retiredOnly = models.filter((m) => m.status === 'retired');
+    const listedRetired = buildUsageReport(input([call({ model: 'famB-y' })], retiredOnly));
+    expect(listedRetired.models.find((m) => m.id === 'famB-y')?.status).toBe('retired');
   });
 
   it('judges only whole minutes: not the one that starts at its moment, nor the one under way', () => {
@@ -539,7 +558,8 @@ describe('buildUsageReport', () => {
     );
     const r = report(many);
     expect(r.recent_faults).toHaveLength(20);
-    expect(r.recent_faults[0]?.at).toBe('2026-11-22T12:00:24.010Z');
+    // To the second, not the millisecond a stranger's call failed.
+    expect(r.recent_faults[0]?.at).toBe('2026-11-22T12:00:24.000Z');
   });
 
   it('dates a fault, and counts its minute, when the call failed, not when it arrived', () => {
@@ -569,7 +589,7 @@ describe('buildUsageReport', () => {
     // Newest failure first, whenever the calls arrived.
     expect(r.recent_faults.map((f) => f.at)).toEqual([
       '2026-11-22T12:02:34.000Z',
-      '2026-11-22T12:01:30.010Z',
+      '2026-11-22T12:01:30.000Z',
       '2026-11-22T12:01:08.000Z',
       '2026-11-22T12:01:07.000Z',
       '2026-11-22T12:01:06.000Z',
