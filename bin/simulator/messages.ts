@@ -103,6 +103,15 @@ const invalid = (message: string, model?: string, stream?: boolean): ApiRejectio
   ...(stream === undefined ? {} : { stream }),
 });
 
+/** Whether any turn carries a `tool_use` or `tool_result` block. */
+const usesToolBlocks = (messages: readonly unknown[]): boolean =>
+  messages.some(
+    (m) =>
+      isRecord(m) &&
+      Array.isArray(m.content) &&
+      m.content.some((b) => isRecord(b) && (b.type === 'tool_use' || b.type === 'tool_result')),
+  );
+
 /** Creates the Messages endpoint. */
 export function createMessagesEndpoint(options: MessagesEndpointOptions = {}): ApiEndpoint {
   const cachingModels = new Set(options.promptCachingModels ?? []);
@@ -129,6 +138,13 @@ export function createMessagesEndpoint(options: MessagesEndpointOptions = {}): A
       const messages = body.messages;
       if (!Array.isArray(messages)) return invalid('messages: Field required', model, stream);
       if (messages.length === 0) return invalid('messages: at least one message is required', model, stream);
+      // As the real API refuses it: tool blocks in the conversation need tool definitions.
+      if (usesToolBlocks(messages) && !(Array.isArray(body.tools) && body.tools.length > 0))
+        return invalid(
+          'Requests which include `tool_use` or `tool_result` blocks must define tools.',
+          model,
+          stream,
+        );
       let directives: RequestDirectives | null;
       try {
         directives = findDirectives(body.system, messages);

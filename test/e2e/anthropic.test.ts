@@ -179,6 +179,30 @@ describe('a chat model served by an anthropic deployment', () => {
     expect(chunks.at(-1)?.choices[0]?.finish_reason).toBe('tool_calls');
   });
 
+  it('answers a conversation of earlier tool calls with no tools offered now, as OpenAI does', async () => {
+    // An agent's last turn: the history holds a tool call and its result; no more tools are offered. Messages
+    // refuses tool blocks without tool definitions (the simulator as the real API): it was a final 400.
+    const history = [
+      { role: 'user' as const, content: 'Weather in Paris?' },
+      {
+        role: 'assistant' as const,
+        content: null,
+        tool_calls: [
+          { id: 'c1', type: 'function' as const, function: { name: 'get_weather', arguments: '{}' } },
+        ],
+      },
+      { role: 'tool' as const, tool_call_id: 'c1', content: '18°C' },
+      { role: 'user' as const, content: 'Summarise.' },
+    ];
+    const completion = await t.openai().chat.completions.create({ model: MODEL, messages: history });
+    expect(completion.choices[0]?.finish_reason).toBe('stop');
+    expect(completion.choices[0]?.message.content).toBeTruthy();
+    expect(upstreamBody()).toMatchObject({
+      tools: [{ name: 'get_weather', input_schema: { type: 'object' } }],
+      tool_choice: { type: 'none' },
+    });
+  });
+
   it('sends a client’s top_p without the default temperature (newer Claude models refuse the two together)', async () => {
     await t.openai().chat.completions.create({ model: MODEL, messages, top_p: 0.5 });
     const sent = upstreamBody();

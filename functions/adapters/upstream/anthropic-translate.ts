@@ -155,9 +155,26 @@ export const toMessagesRequest = (body: Json): Json => {
         'tool_choice',
       );
     if (choice !== null) out.tool_choice = choice;
+  } else {
+    // A history of tool calls with no tools offered now (an agent's last "answer, no more tools" turn, a summary
+    // of a transcript) is valid to OpenAI; Messages refuses tool_use and tool_result blocks without tool
+    // definitions (400). The tools the history used are declared, and none may be called: OpenAI's meaning.
+    const used = historyToolNames(messages);
+    if (used.length > 0) {
+      out.tools = used.map((name) => ({ name, input_schema: { type: 'object', properties: {} } }));
+      out.tool_choice = { type: 'none' };
+    }
   }
   if (body.stream === true) out.stream = true;
   return out;
+};
+
+/** The names of the tools a conversation's assistant turns called, each once, in order. */
+const historyToolNames = (messages: readonly MessagesMessage[]): string[] => {
+  const names = new Set<string>();
+  for (const message of messages)
+    for (const block of message.content) if (block.type === 'tool_use') names.add(block.name);
+  return [...names];
 };
 
 /** Appends blocks to a turn, keeping its tool results ahead of everything else, as Messages requires. */
@@ -584,8 +601,23 @@ const IMAGE_TOO_LARGE_ERROR: UpstreamErrorBody = {
 };
 
 /**
+ * …for a conversation that ends on an assistant turn (a prefill), which Claude models from 4.6 on refuse: "This model
+ * does not support assistant message prefill. The conversation must end with a user message."
+ */
+const NO_PREFILL = /^This model does not support assistant message prefill\b/i;
+
+/** …when no deployment takes a prefill: OpenAI's own models answer such a conversation. */
+const NO_PREFILL_ERROR: UpstreamErrorBody = {
+  message:
+    "This model's providers do not continue an assistant message: the conversation must end with a user message.",
+  type: 'invalid_request_error',
+  code: 'invalid_value',
+  param: 'messages',
+};
+
+/**
  * An Anthropic error that is this deployment's limit, not the request's fault — a prompt beyond its context window,
- * a request over its size limit (413), an image over its limits: another deployment (a larger window) may serve the
+ * a request over its size limit (413), an image over its limits, a prefill its model refuses: another deployment (a larger window) may serve the
  * request, so it is `unsupported`. Returns what the client is told should none serve it: for a prompt too long,
  * OpenAI's `context_length_exceeded` in OpenAI's words (what an OpenAI-compatible deployment passes on). Only
  * Anthropic's own words are matched, from the start of its message: a message that quotes the request further on
@@ -620,6 +652,7 @@ const deploymentLimit = (status: number, message: string | null): UpstreamErrorB
       param: 'messages',
     };
   }
+  if (NO_PREFILL.test(message)) return NO_PREFILL_ERROR;
   return IMAGE_TOO_LARGE.test(message) ? IMAGE_TOO_LARGE_ERROR : null;
 };
 
@@ -699,7 +732,10 @@ export const fromMessagesResponse = (
     }
     // redacted_thinking blocks are encrypted: nothing to show.
   }
-  const usage = anthropicUsage(message.usage);
+  // A whole reply's report without its output count is malformed, not a reply of no tokens: core then counts the
+  // reply itself (ADR 0002), as it does an OpenAI report without completion_tokens.
+  const reported = message.usage as Json | null | undefined;
+  const usage = typeof reported?.output_tokens === 'number' ? anthropicUsage(reported) : null;
   return {
     body: {
       id: typeof message.id === 'string' ? message.id : 'msg',

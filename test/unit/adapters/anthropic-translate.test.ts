@@ -247,6 +247,28 @@ describe('toMessagesRequest', () => {
         ],
       },
     ]);
+    // No tools offered now (an agent's last turn): Messages refuses tool blocks without tool definitions, so the
+    // tools the history used are declared, and none may be called.
+    expect(out.tools).toEqual([{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }]);
+    expect(out.tool_choice).toEqual({ type: 'none' });
+    // With tools offered, those are what is sent, as the client gave them.
+    const offered = toMessagesRequest(
+      chatBody({
+        messages: [
+          { role: 'user', content: 'Weather?' },
+          {
+            role: 'assistant',
+            tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{}' } }],
+          },
+          { role: 'tool', tool_call_id: 'c1', content: '18°C' },
+        ],
+        tools: [{ type: 'function', function: { name: 'ping' } }],
+      }),
+    );
+    expect(offered.tools).toEqual([{ name: 'ping', input_schema: { type: 'object', properties: {} } }]);
+    expect(offered.tool_choice).toBeUndefined();
+    // Without any tool call in the history, nothing is declared.
+    expect(toMessagesRequest(chatBody({})).tools).toBeUndefined();
   });
 
   it('leaves out empty text (Messages refuses empty text blocks)', () => {
@@ -807,6 +829,9 @@ describe('fromMessagesResponse', () => {
     expect(usage).toBeNull();
     expect(body).not.toHaveProperty('usage');
     expect(anthropicUsage({ output_tokens: 3 })).toBeNull();
+    // A whole reply's report without its output count is no report either: billed as 0 completion tokens, it
+    // served the reply free.
+    expect(fromMessagesResponse(message({ usage: { input_tokens: 812 } }), relabel).usage).toBeNull();
   });
 
   it('fails as a protocol fault on anything that is not a Messages response', () => {
@@ -915,6 +940,15 @@ describe('anthropicFailureKind', () => {
       expect(image.kind).toBe('unsupported');
       expect(image.upstreamError?.message).toMatch(/image/i);
     }
+  });
+
+  it('reads a refused prefill (Claude 4.6 on) as the deployment’s limit: another deployment may continue the turn', () => {
+    const failure = invalidRequest(
+      'This model does not support assistant message prefill. The conversation must end with a user message.',
+    );
+    expect(failure.kind).toBe('unsupported');
+    expect(failure.upstreamError).toMatchObject({ code: 'invalid_value', param: 'messages' });
+    expect(failure.upstreamError?.message).toMatch(/must end with a user message/);
   });
 
   it('matches only the provider’s own words: a message that quotes the request further on stays a rejection', () => {
