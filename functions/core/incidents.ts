@@ -9,7 +9,10 @@ const MINUTE_MS = 60_000;
 export interface MinuteCounts {
   /** Epoch ms of the minute's start. */
   readonly at: number;
-  /** Calls the platform was asked to serve: successes and platform faults (not the caller's own errors). */
+  /**
+   * Calls the platform was asked to serve: successes and platform faults — not the caller's own errors, nor faults
+   * that say nothing of availability (a model with no deployment, a call cut at the longest a call may take).
+   */
   readonly requests: number;
   /** 5xx answered for a model or the `platform` group (upstream faults after fallbacks, broken streams, …). */
   readonly serverErrors: number;
@@ -70,7 +73,8 @@ const floorMinute = (ms: number): number => Math.floor(ms / MINUTE_MS) * MINUTE_
  * A minute is **down** when
  * - any call in it got the 503 of a registry that read as empty (nothing could be served), or
  * - it had a 5xx itself, and over the `windowMinutes` ending with it at least `minErrors` calls failed with a
- *   5xx and they were at least `errorRate` of the calls (quiet minutes count as zero), or
+ *   5xx and they, with the calls every deployment was too busy for, were at least `errorRate` of the calls (quiet
+ *   minutes count as zero), or
  * - a check of the uptime probe failed in it, and the same check failed in at least `minErrors` of the
  *   `windowMinutes` rounds ending with it: an endpoint (or the key store) that keeps failing is down whatever the
  *   traffic elsewhere, and one round lost to a blip is not. Checks are not calls: they do not dilute the calls' rate.
@@ -113,12 +117,16 @@ export const detectIncidents = (
     if (m.serverErrors === 0) return false;
     let requests = 0;
     let errors = 0;
+    let overloaded = 0;
     for (let i = 0; i < rule.windowMinutes; i++) {
       const w = byMinute.get(m.at - i * MINUTE_MS);
       requests += w?.requests ?? 0;
       errors += w?.serverErrors ?? 0;
+      overloaded += w?.overloaded ?? 0;
     }
-    return errors >= rule.minErrors && errors >= rule.errorRate * requests;
+    // Overloads count as failures beside the 5xx (overload alone makes no minute down: it takes the 5xx): a minute
+    // of 4 upstream 500s and 6 all-busy 429s served nothing, and was 40 % "failed" counting the 5xx alone.
+    return errors >= rule.minErrors && errors + overloaded >= rule.errorRate * requests;
   };
   /** Probe bit `bit` failed in this minute and in at least `minErrors` of the rounds of the window ending with it. */
   const persists = (m: MinuteCounts, bit: number): boolean => {

@@ -154,7 +154,10 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
   // The caller's own errors say nothing about the platform's health: they stay out of the minute counters.
   // Every call is counted in the minute it ended, successes as faults, so that a minute's failures are compared
   // with the calls that ended with them, and a minute once past is not rewritten by a call that fails later.
-  if (success || fault) {
+  // A fault that says nothing of availability either way (a model with no deployment, a call cut at the longest a
+  // call may take: isDowntimeFault) is not among the calls the platform was asked to serve either: counted there it
+  // diluted the error rate of its minute — a keyed client calling an unwired model could hide an outage.
+  if (success || (fault && isDowntimeFault(record))) {
     const { day: endDay, subject, minute } = minuteSlot(endedAt(record));
     const group = fault ? funnelGroup(record) : null;
     increments.push({
@@ -163,7 +166,7 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
       counters: {
         [`r${minute}`]: 1,
         ...(group === 'incident' ? { [`u${minute}`]: 1 } : {}),
-        ...(group !== null && group !== 'incident' && funnelStatus(record) >= 500 && isDowntimeFault(record)
+        ...(group !== null && group !== 'incident' && funnelStatus(record) >= 500
           ? { [`e${minute}`]: 1 }
           : {}),
         ...(group !== null && group !== 'incident' && funnelStatus(record) === 429
