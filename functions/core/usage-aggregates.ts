@@ -137,7 +137,8 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
         tokens,
         promptTokens: success ? (record.usage?.promptTokens ?? 0) : 0,
         completionTokens: success ? (record.usage?.completionTokens ?? 0) : 0,
-        // Audio models are billed in their own units; the report shows them next to the tokens.
+        // Audio models are billed in their own units, kept here for the operator (the public report counts tokens,
+        // so an audio model's row shows its requests and 0 tokens).
         ...(success && record.usage?.audioMs ? { audioMs: record.usage.audioMs } : {}),
         ...(success && record.usage?.characters ? { characters: record.usage.characters } : {}),
         costNano: record.cost,
