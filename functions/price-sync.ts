@@ -1,7 +1,12 @@
 import middy from '@middy/core';
 import type { ScheduledEvent } from 'aws-lambda';
 import { MAX_SYNCED_RISE } from '#core/price-floor.ts';
-import { PRICE_SYNC_REFUSED_PREFIX, planPriceSync, type RefusedSync } from '#core/price-sync.ts';
+import {
+  PRICE_LIST_UNAVAILABLE,
+  PRICE_SYNC_REFUSED_PREFIX,
+  planPriceSync,
+  type RefusedSync,
+} from '#core/price-sync.ts';
 import type { Deployment, Rates } from '#core/registry.ts';
 import { type Container, containerFromEnv } from './container.ts';
 
@@ -44,7 +49,7 @@ export const createHandler = (container: () => Container) =>
           for (const d of group) prices.set(d.id, list ?? null);
         } catch (error) {
           failed.push(`${first.adapter} ${first.baseUrl}`);
-          c.log.warn('price list unavailable; costs kept', { provider: first.provider, error });
+          c.log.warn(`${PRICE_LIST_UNAVAILABLE}; costs kept`, { provider: first.provider, error });
         }
       }),
     );

@@ -135,7 +135,11 @@ export class DataStack extends Stack {
     // Any message in the DLQ is a settlement that failed five times: money not yet debited. Never routine.
     new Alarm(this, 'settlement-dlq-alarm', {
       alarmName: `${prefix}-settlement-dlq-depth`,
-      alarmDescription: 'Settlement messages in the dead-letter queue (poison or repeated store faults)',
+      alarmDescription:
+        'Settlement messages in the dead-letter queue (poison or repeated store faults): calls served, not debited. ' +
+        "Read the settlement consumer's errors, fix the cause, then redrive the DLQ to the settlement queue " +
+        '(aws sqs start-message-move-task; settling is idempotent) within 14 days. README: "When the settlement DLQ ' +
+        'alarm fires".',
       metric: this.settlementDlq.metricApproximateNumberOfMessagesVisible({
         period: Duration.minutes(5),
         statistic: 'Maximum',
@@ -172,6 +176,15 @@ export class DataStack extends Stack {
     new CfnOutput(this, 'settlement-queue-url', {
       value: this.settlementQueue.queueUrl,
       description: settlement.envVar,
+    });
+    // A redrive names both queues by ARN (README, "When the settlement DLQ alarm fires").
+    new CfnOutput(this, 'settlement-queue-arn', {
+      value: this.settlementQueue.queueArn,
+      description: 'the settlement queue: a DLQ redrive destination',
+    });
+    new CfnOutput(this, 'settlement-dlq-arn', {
+      value: this.settlementDlq.queueArn,
+      description: 'the settlement DLQ: a redrive source',
     });
   }
 }

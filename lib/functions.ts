@@ -5,9 +5,10 @@
  * new handler is one row. Plain data: importable without `aws-cdk-lib` (the infra tests read it too).
  */
 
+import { HOLD_NOT_RELEASED } from '#core/accounting.ts';
 import { ENDPOINT_PATHS, MODELS_PATH } from '#core/endpoints.ts';
 import { MAX_SYNCED_RISE } from '#core/price-floor.ts';
-import { PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
+import { PRICE_LIST_UNAVAILABLE, PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
 import { UPTIME_ROUND_FAILED } from '#core/uptime-probe.ts';
 import { buckets, type queues, settlementConsumerTimeoutSeconds, type TableId } from './resources.ts';
 import type { ScheduleId } from './stage.ts';
@@ -164,6 +165,20 @@ export const functions = {
     // on a wallet that owes (its update's failed condition returns the wallet: GetItem), the same transaction pays
     // the debt from what the release frees, with an arrears ledger entry.
     uses: { tables: { wallet: ['Query', 'GetItem', 'PutItem', 'UpdateItem', 'DeleteItem'] } },
+    // A hold it cannot release is logged and the sweep goes on, succeeding: the errors alarm never sees it, while
+    // the customer's money stays held (402s). One-off contention clears by the next sweep; three periods do not.
+    logAlarms: [
+      {
+        id: 'holds-not-released',
+        prefix: HOLD_NOT_RELEASED,
+        threshold: 1,
+        datapointsToAlarm: 3,
+        evaluationPeriods: 3,
+        description:
+          "expired holds could not be released in 3 sweeps in a row: customers' money stays held; the warnings " +
+          'name the holds and the error',
+      },
+    ],
   },
   'price-sync': {
     trigger: schedule('priceSync'),
@@ -178,6 +193,19 @@ export const functions = {
         description:
           `a provider listed a price over ${MAX_SYNCED_RISE}× a deployment's configured cost, and the sync kept the ` +
           'old one: check the list, and raise the configured cost if the price is real',
+      },
+      {
+        // Its costs are kept meanwhile: should the provider raise its prices, the price floor would not follow, and
+        // calls would sell below cost. An hourly sync failing three hours in a row is no blip.
+        id: 'unread-price-lists',
+        prefix: PRICE_LIST_UNAVAILABLE,
+        threshold: 1,
+        periodMinutes: 60,
+        datapointsToAlarm: 3,
+        evaluationPeriods: 3,
+        description:
+          "a provider's price list could not be read in 3 hourly syncs in a row, so the price floor follows no " +
+          'price change of it: the warnings name the provider and the error (its key, its endpoint)',
       },
     ],
   },

@@ -50,12 +50,16 @@ export const buildGateway = (app: App): GatewayStacks => {
     functions: rows(true),
     // The site bucket comes later (site depends on api); an HTTP function cannot use it.
     bindings: { ...bindings, buckets: {} },
+    // Every stack of a production stage: the site's distribution domain and the Function URLs are the API's
+    // public addresses, which a deleted stack loses for good.
+    terminationProtection: stage.production,
     description: 'svc inference gateway: HTTP functions, Function URLs and the REST API',
     tags,
   });
   const site = new SiteStack(app, name('site'), {
     stage,
     api: api.api,
+    terminationProtection: stage.production,
     description: 'svc inference gateway: site bucket and the CloudFront distribution',
     tags,
   });
@@ -67,6 +71,7 @@ export const buildGateway = (app: App): GatewayStacks => {
       buckets: { site: site.bucket },
       publicBaseUrl: `https://${site.distribution.distributionDomainName}/v1`,
     },
+    terminationProtection: stage.production,
     description: 'svc inference gateway: settlement consumer and scheduled jobs',
     tags,
   });

@@ -8,6 +8,7 @@ import {
   Distribution,
   HttpVersion,
   OriginRequestPolicy,
+  ResponseHeadersPolicy,
   ViewerProtocolPolicy,
 } from 'aws-cdk-lib/aws-cloudfront';
 import { RestApiOrigin, S3BucketOrigin } from 'aws-cdk-lib/aws-cloudfront-origins';
@@ -72,6 +73,9 @@ export class SiteStack extends Stack {
         origin: siteOrigin,
         viewerProtocolPolicy: ViewerProtocolPolicy.REDIRECT_TO_HTTPS,
         cachePolicy: CachePolicy.CACHING_OPTIMIZED,
+        // The status page's own: HSTS (for the whole host), nosniff, no framing by other sites (a <meta> CSP cannot
+        // say frame-ancestors), a referrer policy. The API's behaviour keeps its functions' headers as they are.
+        responseHeadersPolicy: ResponseHeadersPolicy.SECURITY_HEADERS,
       },
       additionalBehaviors: {
         [`${API_BASE}/*`]: {
@@ -91,6 +95,7 @@ export class SiteStack extends Stack {
           origin: siteOrigin,
           viewerProtocolPolicy: ViewerProtocolPolicy.REDIRECT_TO_HTTPS,
           cachePolicy: usageReportCache,
+          responseHeadersPolicy: ResponseHeadersPolicy.SECURITY_HEADERS,
         },
       },
     });

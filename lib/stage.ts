@@ -37,7 +37,10 @@ export interface StageConfig {
    * them (`secretsmanager:<name>`). The data stack creates them; functions that call providers may read them.
    */
   readonly providerSecrets: readonly string[];
-  /** Address subscribed to the alarm topic, if any. */
+  /**
+   * Address subscribed to the alarm topic, if any. Required in production (`none` when the topic is subscribed
+   * outside the stack): a deploy without it would delete the subscription.
+   */
   readonly alarmEmail: string | undefined;
   /**
    * How long CloudFront waits for the API's first byte and between bytes. Above 60 s needs a CloudFront quota
@@ -205,9 +208,23 @@ export const stageConfig = (context: Context): StageConfig => {
     schedules[id] = expression;
   }
 
-  const alarmEmail = text(context, 'alarmEmail');
-  if (alarmEmail !== undefined && !/^[^@\s]+@[^@\s]+\.[^@\s]+$/.test(alarmEmail))
-    fail('alarmEmail', 'an email address', alarmEmail);
+  const alarmContext = text(context, 'alarmEmail');
+  if (
+    alarmContext !== undefined &&
+    alarmContext !== 'none' &&
+    !/^[^@\s]+@[^@\s]+\.[^@\s]+$/.test(alarmContext)
+  )
+    fail('alarmEmail', 'an email address, or none', alarmContext);
+  // The topic's email subscription is the stack's: a production deploy that leaves the address out deletes it, and
+  // the money alarms (DLQ, unsent settlements, the queue's age) stop reaching anyone, without an error. So a
+  // production stage names one every time, or says `none` — its subscriptions are made outside this stack.
+  if (production && alarmContext === undefined)
+    fail(
+      'alarmEmail',
+      'given on every deploy of a production stage (an address, or none when the alarm topic is subscribed outside the stack)',
+      undefined,
+    );
+  const alarmEmail = alarmContext === 'none' ? undefined : alarmContext;
 
   const cdnReadTimeoutSeconds =
     number(

@@ -13,6 +13,7 @@ import {
   type AdmitPlan,
   type AdmitResult,
   applyTopUp,
+  HOLD_NOT_RELEASED,
   MAX_BALANCE_NANO,
   type SettlementPlan,
   type SettleOutcome,
@@ -734,7 +735,7 @@ export class DynamoAccounting implements AccountingStore {
           try {
             if ((await this.#sweepHold(pk, sk, num(hold.amount), nowMs)) === 'released') released++;
           } catch (error) {
-            this.#warn('hold not released; the next sweep retries it', { hold: sk, error });
+            this.#warn(`${HOLD_NOT_RELEASED}; the next sweep retries it`, { hold: sk, error });
           }
         }
       }
@@ -759,7 +760,7 @@ export class DynamoAccounting implements AccountingStore {
       if (typeof outcome !== 'number') return outcome;
       owedSeen = outcome;
     }
-    this.#warn('hold not released; the next sweep retries it', { hold: sk, attempts: SWEEP_ATTEMPTS });
+    this.#warn(`${HOLD_NOT_RELEASED}; the next sweep retries it`, { hold: sk, attempts: SWEEP_ATTEMPTS });
     return 'busy';
   }
 

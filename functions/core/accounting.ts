@@ -134,6 +134,12 @@ export const splitCharge = (
  */
 export const MAX_BALANCE_NANO = 5_000_000 * NANO_PER_USD;
 
+/**
+ * How the sweeper's log line begins when an expired hold could not be released: the operator's alarm counts these
+ * lines (lib/functions.ts), since the sweep itself goes on and succeeds — while a customer's money stays held.
+ */
+export const HOLD_NOT_RELEASED = 'hold not released';
+
 /** A top-up that would take a wallet past MAX_BALANCE_NANO. */
 export class BalanceCeilingError extends Error {
   readonly balance: number;

@@ -3,6 +3,8 @@ import { Catalog, type Deployment, type Model, RATE_NAMES, type Rates } from './
 
 /** The start of the warn line each refused sync logs (functions/price-sync.ts), for an operator alarm to match. */
 export const PRICE_SYNC_REFUSED_PREFIX = 'price sync refused';
+/** How the price sync's log line begins when a provider's price list could not be read (its costs are kept). */
+export const PRICE_LIST_UNAVAILABLE = 'price list unavailable';
 
 /** A listed rate the sync did not apply. */
 export interface RefusedRate {

@@ -52,6 +52,15 @@ describe('the data stack', () => {
     expect(queues.settlement.visibilityTimeoutSeconds).toBeGreaterThanOrEqual(6 * 30);
   });
 
+  it('says what to do when the DLQ alarm fires, and outputs both ARNs a redrive names', () => {
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmName: 'svc-dev-settlement-dlq-depth',
+      AlarmDescription: Match.stringLikeRegexp('redrive the DLQ to the settlement queue.*within 14 days'),
+    });
+    const outputs = Object.keys(template.findOutputs('*'));
+    expect(outputs).toEqual(expect.arrayContaining(['settlementqueuearn', 'settlementdlqarn']));
+  });
+
   it('defines no table that resources.ts does not', () => {
     template.resourceCountIs('AWS::DynamoDB::GlobalTable', Object.keys(tables).length);
   });

@@ -7,7 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
+import { HOLD_NOT_RELEASED } from '#core/accounting.ts';
+import { PRICE_LIST_UNAVAILABLE, PRICE_SYNC_REFUSED_PREFIX } from '#core/price-sync.ts';
 import { PROBE_BASE_URL_ENV, UPTIME_ROUND_FAILED } from '#core/uptime-probe.ts';
 import { loadConfig } from '#functions/config.ts';
 import { CORS_HEADERS } from '#http/cors.ts';
@@ -683,17 +684,30 @@ describe('the CDK app', () => {
     }
   });
 
-  it('alarms on the log lines a function declares: a refused price sync, failed uptime rounds', () => {
+  it('alarms on the log lines a function declares: a refused price sync, unread price lists, failed uptime rounds, holds not released', () => {
     const topic = key(one(all('AWS::SNS::Topic'), 'the alarm topic'));
     const declared = Object.entries(rows).flatMap(([name, d]) =>
       (d.logAlarms ?? []).map((a) => ({ name, ...a })),
     );
     expect(declared.map((a) => `${a.name} ${a.prefix}`).sort()).toEqual([
+      `hold-sweeper ${HOLD_NOT_RELEASED}`,
+      `price-sync ${PRICE_LIST_UNAVAILABLE}`,
       `price-sync ${PRICE_SYNC_REFUSED_PREFIX}`,
       `uptime-probe ${UPTIME_ROUND_FAILED}`,
     ]);
+    // A hold left held through 3 sweeps in a row, a price list unread through 3 hourly syncs: no one-off blip.
+    expect(declared.find((a) => a.id === 'holds-not-released')).toMatchObject({
+      threshold: 1,
+      datapointsToAlarm: 3,
+      evaluationPeriods: 3,
+    });
+    expect(declared.find((a) => a.id === 'unread-price-lists')).toMatchObject({
+      periodMinutes: 60,
+      datapointsToAlarm: 3,
+      evaluationPeriods: 3,
+    });
     // A refused sync at once; a failed probe round in 3 of the last 5 minutes, as the incident rule asks of a check.
-    expect(declared.find((a) => a.name === 'price-sync')).toMatchObject({ threshold: 1 });
+    expect(declared.find((a) => a.id === 'refused-prices')).toMatchObject({ threshold: 1 });
     expect(declared.find((a) => a.name === 'uptime-probe')).toMatchObject({
       threshold: 1,
       periodMinutes: 1,
@@ -779,6 +793,12 @@ describe('the CDK app', () => {
     expect(api.OriginRequestPolicyId).toBe('b689b0a8-53d0-40ab-baf2-68738e2966ac'); // AllViewerExceptHostHeader
     expect(api.ViewerProtocolPolicy).toBe('https-only');
     expect(behavior('/usage.json').TargetOriginId).toBe(config.DefaultCacheBehavior.TargetOriginId);
+    // The status page and usage.json carry security headers (HSTS, nosniff, no framing); the API's own are its
+    // functions', CORS included, untouched.
+    const SECURITY_HEADERS = '67f7725c-6f97-4210-82d7-5512b31e9d03'; // Managed-SecurityHeadersPolicy
+    expect(config.DefaultCacheBehavior.ResponseHeadersPolicyId).toBe(SECURITY_HEADERS);
+    expect(behavior('/usage.json').ResponseHeadersPolicyId).toBe(SECURITY_HEADERS);
+    expect(api.ResponseHeadersPolicyId).toBeUndefined();
 
     // The HTTP functions know how long CloudFront waits for them, to end a call before it answers 504 itself.
     const readTimeoutSeconds = origin(api.TargetOriginId).CustomOriginConfig.OriginReadTimeout as number;

@@ -33,10 +33,13 @@ describe('stageConfig', () => {
   });
 
   it('reserves the settlement consumer’s concurrency in production, unless told otherwise', () => {
-    expect(config({ stage: 'prod' }).settlementReservedConcurrency).toBe(SETTLEMENT_MAX_CONCURRENCY);
-    expect(config({ stage: 'prod', settlementReservedConcurrency: '0' }).settlementReservedConcurrency).toBe(
-      0,
+    expect(config({ stage: 'prod', alarmEmail: 'none' }).settlementReservedConcurrency).toBe(
+      SETTLEMENT_MAX_CONCURRENCY,
     );
+    expect(
+      config({ stage: 'prod', alarmEmail: 'none', settlementReservedConcurrency: '0' })
+        .settlementReservedConcurrency,
+    ).toBe(0);
     expect(config({ settlementReservedConcurrency: '200' }).settlementReservedConcurrency).toBe(200);
     // Under the event source's own maximum, throttling would begin before it does.
     expect(() => config({ settlementReservedConcurrency: '10' })).toThrow(/settlementReservedConcurrency/);
@@ -53,9 +56,12 @@ describe('stageConfig', () => {
   });
 
   it('treats prod and production as production stages, with a year of logs, unless told otherwise', () => {
-    expect(config({ stage: 'prod' })).toMatchObject({ production: true, logRetentionDays: 365 });
-    expect(config({ stage: 'production' }).production).toBe(true);
-    expect(config({ stage: 'eu-live', production: 'true' }).production).toBe(true);
+    expect(config({ stage: 'prod', alarmEmail: 'none' })).toMatchObject({
+      production: true,
+      logRetentionDays: 365,
+    });
+    expect(config({ stage: 'production', alarmEmail: 'none' }).production).toBe(true);
+    expect(config({ stage: 'eu-live', production: 'true', alarmEmail: 'none' }).production).toBe(true);
     expect(config({ stage: 'prod', production: false }).production).toBe(false);
   });
 
@@ -105,6 +111,7 @@ describe('stageConfig', () => {
     [{ logLevel: 'silent' }, 'the alarms count warn and error lines'],
     [{ providerSecrets: 'open ai' }, '"providerSecrets"'],
     [{ alarmEmail: 'ops' }, '"alarmEmail"'],
+    [{ stage: 'prod' }, '"alarmEmail" must be given on every deploy of a production stage'],
     [{ production: 'yes' }, '"production"'],
     [{ cdnReadTimeoutSeconds: '0' }, '"cdnReadTimeoutSeconds"'],
     [{ functionEnv: '{"HOLD_TTL_MS":' }, '"functionEnv"'],
