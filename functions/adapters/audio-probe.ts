@@ -10,7 +10,7 @@ import {
   mpegDurationMs,
   pcmWavDurationMs,
 } from './audio-duration.ts';
-import { mp4AacDurationMs } from './mp4-duration.ts';
+import { mp4HoldsAac } from './mp4-duration.ts';
 
 /**
  * Transcription is billed per minute of audio, so the duration is read from the uploaded bytes by a real
@@ -36,12 +36,12 @@ export const formatOf = (container: string | undefined): string | null => {
 
 /**
  * An ISO media file (an `ftyp` box first) whose major brand `formatOf` does not know — DASH audio (`dash`), a
- * camera's or phone's own brand — is still MP4 to decoders. It is taken when it holds an AAC track, whose frames
- * are counted; other codecs in it would be billed on the header's duration alone.
+ * camera's or phone's own brand — is still MP4 to decoders. It is taken when it holds an AAC track (counted when
+ * every audio track in it is AAC; a track of another codec leaves it to the header and the provider's decode).
  */
 const isoMediaFormat = (bytes: Uint8Array, container: string | undefined): string | null => {
   // Null for anything that is not ISO media with an AAC track.
-  if (mp4AacDurationMs(bytes) === null) return null;
+  if (!mp4HoldsAac(bytes)) return null;
   return container?.startsWith('M4A') ? 'm4a' : 'mp4';
 };
 

@@ -166,44 +166,84 @@ const trackIdOf = (bytes: Uint8Array, view: DataView, trak: Box): number | null 
   return view.getUint32(tkhd.body + ((bytes[tkhd.body] as number) === 1 ? 20 : 12));
 };
 
-/**
- * The duration in ms of the longest AAC sound track of an MP4/M4A, counted from its frames; null when the file is
- * not MP4, has no such track, or has a sound track of another codec; 0 when no track's frames are in the file.
- *
- * Every sound track is counted, not the first: a decoder picks the track it plays by its own rules (ffmpeg, which
- * Whisper decodes with, prefers more channels), so a file whose first track holds a frame and whose second holds
- * half an hour is billed on the half hour. A track's frames are those its sample table indexes plus those its
- * fragments (`moof`) add: a file may carry both, and decoders play both.
- */
-export const mp4AacDurationMs = (bytes: Uint8Array): number | null => {
+/** The track ids the `moov`'s `mvex` has a `trex` for: a decoder plays fragments (`moof`) of those tracks only. */
+const fragmentedTracks = (bytes: Uint8Array, view: DataView, moov: Box): Set<number> => {
+  const ids = new Set<number>();
+  const mvex = child(bytes, view, moov, 'mvex');
+  if (!mvex) return ids;
+  for (const trex of boxesIn(bytes, view, mvex.body, mvex.end))
+    if (trex.type === 'trex' && trex.body + 8 <= trex.end) ids.add(view.getUint32(trex.body + 4));
+  return ids;
+};
+
+/** What one track of a `moov` is to a decoder: not audio, AAC audio of this many ms, or audio this cannot count. */
+type TrackAudio =
+  | { readonly kind: 'none' }
+  | { readonly kind: 'aac'; readonly ms: number }
+  | { readonly kind: 'other' };
+
+/** The audio of each track of an MP4/M4A; null when the file is not ISO media with a `moov`. */
+const audioTracks = (bytes: Uint8Array): TrackAudio[] | null => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const top = [...boxesIn(bytes, view, 0, bytes.length)];
   if (top[0]?.type !== 'ftyp') return null;
   const moov = top.find((box) => box.type === 'moov');
   if (!moov) return null;
   const available = mediaBytes(bytes, view);
-  let longest: number | null = null;
+  const fragmented = fragmentedTracks(bytes, view, moov);
+  const tracks: TrackAudio[] = [];
   for (const trak of boxesIn(bytes, view, moov.body, moov.end)) {
     if (trak.type !== 'trak') continue;
     const mdia = child(bytes, view, trak, 'mdia');
     const hdlr = mdia && child(bytes, view, mdia, 'hdlr');
-    if (!mdia || !hdlr || hdlr.body + 12 > hdlr.end) continue;
-    if (String.fromCharCode(...bytes.subarray(hdlr.body + 8, hdlr.body + 12)) !== 'soun') continue;
-    const minf = child(bytes, view, mdia, 'minf');
+    const handler =
+      hdlr && hdlr.body + 12 <= hdlr.end
+        ? String.fromCharCode(...bytes.subarray(hdlr.body + 8, hdlr.body + 12))
+        : null;
+    const minf = mdia && child(bytes, view, mdia, 'minf');
     const stbl = minf && child(bytes, view, minf, 'stbl');
     const stsd = stbl && child(bytes, view, stbl, 'stsd');
-    if (!stbl || !stsd) continue;
-    // A sound track this cannot count may be the one a decoder plays: the whole file is then uncounted.
-    const framing = mp4aFraming(bytes, view, stsd);
-    if (!framing) return null;
+    const entry = stsd ? boxesIn(bytes, view, stsd.body + 8, stsd.end).next().value?.type : undefined;
+    // Decoders go by the sample entry: an `mp4a` entry is audio whatever the handler says (ffmpeg makes it an audio
+    // stream under a `meta` or `text` handler too, or none); a sound handler's entry of another codec is audio too.
+    if (handler === 'vide' || (entry !== 'mp4a' && handler !== 'soun')) {
+      tracks.push({ kind: 'none' });
+      continue;
+    }
+    const framing = stbl && stsd && entry === 'mp4a' ? mp4aFraming(bytes, view, stsd) : null;
+    if (!stbl || !framing) {
+      tracks.push({ kind: 'other' });
+      continue;
+    }
     const stsz = child(bytes, view, stbl, 'stsz');
     const trackId = trackIdOf(bytes, view, trak);
     let frames = stsz ? tableSamples(view, stsz, available) : 0;
-    if (trackId !== null) frames += fragmentSamples(bytes, view, trackId);
-    // Without a track id no fragment can be told to be this track's: not a count of what it holds.
-    else if (frames === 0) return null;
+    if (trackId !== null && fragmented.has(trackId)) frames += fragmentSamples(bytes, view, trackId);
     // An AAC track indexing frames that are not in the file (an empty `mdat`) holds no audio: 0.
-    longest = Math.max(longest ?? 0, (frames * framing.frameSamples * 1000) / framing.rate);
+    tracks.push({ kind: 'aac', ms: (frames * framing.frameSamples * 1000) / framing.rate });
   }
+  return tracks;
+};
+
+/** Whether an ISO media file holds an AAC audio track (counted or not), so that it is taken as MP4 audio. */
+export const mp4HoldsAac = (bytes: Uint8Array): boolean =>
+  audioTracks(bytes)?.some((track) => track.kind === 'aac') ?? false;
+
+/**
+ * The duration in ms of the longest AAC audio track of an MP4/M4A, counted from its frames; null when the file is
+ * not MP4, has no such track, or has an audio track of another codec (a decoder may play that one); 0 when no
+ * track's frames are in the file.
+ *
+ * Every audio track is counted, not the first: a decoder picks the track it plays by its own rules (ffmpeg, which
+ * Whisper decodes with, prefers more channels), so a file whose first track holds a frame and whose second holds
+ * half an hour is billed on the half hour. A track's frames are those its sample table indexes plus those its
+ * fragments (`moof`) add when the `moov` declares the track fragmented (a `trex`): a file may carry both, and
+ * decoders play both — and no fragment of a track the `moov` does not declare.
+ */
+export const mp4AacDurationMs = (bytes: Uint8Array): number | null => {
+  const tracks = audioTracks(bytes);
+  if (tracks === null || tracks.some((track) => track.kind === 'other')) return null;
+  let longest: number | null = null;
+  for (const track of tracks) if (track.kind === 'aac') longest = Math.max(longest ?? 0, track.ms);
   return longest;
 };

@@ -14,8 +14,10 @@ import {
   decodedMp4Ms,
   encodeAudio,
   encodeAudioToPipe,
+  hybridM4a,
   makeWav,
   twoTrackM4a,
+  withHandler,
 } from '#test/audio.ts';
 
 /**
@@ -321,14 +323,35 @@ describe('the transcription probe bills what decoders play, not what a header cl
     expect(Math.abs((mp4AacDurationMs(longFirst) ?? 0) - 10_000)).toBeLessThan(150);
   });
 
-  it("counts a track's indexed frames and its fragments' together", async () => {
-    // An indexed second, then four seconds of fragments (moof/mdat pairs) of the same track id appended.
-    const plain = await encodeAudio(makeWav({ durationMs: 1_000 }), 'm4a');
-    const piped = await encodeAudioToPipe(makeWav({ durationMs: 4_000 }), 'm4a');
-    const fragments = piped.subarray(piped.indexOf('moof') - 4);
-    const hybrid = Buffer.concat([plain, fragments]);
-    expect(Math.abs((mp4AacDurationMs(plain) ?? 0) - 1_000)).toBeLessThan(150);
-    expect(Math.abs((mp4AacDurationMs(hybrid) ?? 0) - 5_000)).toBeLessThan(250);
+  it("counts a track's indexed frames and its fragments' together, as a decoder plays them", async () => {
+    // An indexed second, then four seconds of fragments continuing its timeline: ffmpeg plays all five.
+    const { hybrid, withoutTrex } = await hybridM4a(1_000, 4_000);
+    const played = await decodedMp4Ms(hybrid);
+    expect(Math.abs(played - 5_000)).toBeLessThan(250);
+    expect(Math.abs((mp4AacDurationMs(hybrid) ?? 0) - played)).toBeLessThan(150);
+    // Fragments of a track the moov does not declare fragmented (no trex) are no audio to a decoder: ffmpeg refuses
+    // the file, and none of them is counted.
+    await expect(decodedMp4Ms(withoutTrex)).rejects.toThrow(/could not find corresponding trex/);
+    expect(Math.abs((mp4AacDurationMs(withoutTrex) ?? 0) - 1_000)).toBeLessThan(150);
+  });
+
+  it('counts an AAC track under any handler a decoder plays it under (meta, text), and leaves other codecs uncounted', async () => {
+    // The half hour's track relabelled: ffmpeg goes by its mp4a sample entry and still plays it.
+    const relabelled = withHandler(
+      await twoTrackM4a(makeWav({ durationMs: 100 }), makeWav({ durationMs: 10_000, channels: 2 })),
+      1,
+      'meta',
+    );
+    expect(Math.abs((await decodedMp4Ms(relabelled)) - 10_000)).toBeLessThan(150);
+    expect(Math.abs((mp4AacDurationMs(relabelled) ?? 0) - 10_000)).toBeLessThan(150);
+    expect((await musicMetadataProbe.probe(relabelled)).counted).toBe(true);
+    // An AAC track beside one of another codec (MP3): still MP4 audio, taken — but uncounted, since a decoder may
+    // play the other, so the header's length and the provider's decode decide.
+    const mixed = await twoTrackM4a(makeWav({ durationMs: 2_000 }), makeWav({ durationMs: 3_000 }), 'mp3');
+    expect(mp4AacDurationMs(mixed)).toBeNull();
+    const measured = await musicMetadataProbe.probe(mixed);
+    expect(measured).toMatchObject({ format: 'mp4', counted: false });
+    expect(measured.durationMs).toBeGreaterThan(1_900);
   });
 
   it('counts every data chunk of a WAV, and µ-law samples, whatever a fact chunk says', () => {

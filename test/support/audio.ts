@@ -125,7 +125,12 @@ export async function encodeAudioToPipe(wav: Buffer, format: 'flac' | 'webm' | '
  * An M4A with two AAC sound tracks, `first` then `second` (each a WAV), as a video with two language tracks carries
  * them. Which one a decoder plays is its own choice: ffmpeg, left to choose, plays the one with more channels.
  */
-export async function twoTrackM4a(first: Buffer, second: Buffer): Promise<Buffer> {
+export async function twoTrackM4a(
+  first: Buffer,
+  second: Buffer,
+  /** The second track's codec: AAC, or MP3 (an `mp4a` entry that is not AAC) in an MP4. */
+  secondCodec: 'aac' | 'mp3' = 'aac',
+): Promise<Buffer> {
   const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
   try {
     await writeFile(join(dir, 'first.wav'), first);
@@ -133,7 +138,9 @@ export async function twoTrackM4a(first: Buffer, second: Buffer): Promise<Buffer
     const output = join(dir, 'audio.m4a');
     const args = [
       ...['-hide_banner', '-v', 'error', '-i', join(dir, 'first.wav'), '-i', join(dir, 'second.wav')],
-      ...['-map', '0:a', '-map', '1:a', '-c:a', 'aac', '-f', 'ipod', output],
+      ...['-map', '0:a', '-map', '1:a', '-c:a:0', 'aac'],
+      ...(secondCodec === 'aac' ? ['-c:a:1', 'aac', '-f', 'ipod'] : ['-c:a:1', 'libmp3lame', '-f', 'mp4']),
+      output,
     ];
     const run = await runFfmpeg(args, Buffer.alloc(0));
     if (run.code !== 0 || run.stderr.trim() !== '')
@@ -142,6 +149,67 @@ export async function twoTrackM4a(first: Buffer, second: Buffer): Promise<Buffer
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** The first top-level box of `type` at or after `from`: where it starts, and its size. */
+const topBox = (bytes: Buffer, type: string): { at: number; size: number } => {
+  for (let at = 0; at + 8 <= bytes.length; ) {
+    const size = bytes.readUInt32BE(at);
+    if (bytes.toString('latin1', at + 4, at + 8) === type) return { at, size };
+    if (size < 8) break;
+    at += size;
+  }
+  throw new Error(`no ${type} box`);
+};
+
+/**
+ * An M4A whose one AAC track has `indexedMs` in its sample table and `fragmentedMs` more in fragments after it,
+ * continuing its timeline, as a recorder that indexes what it has and then fragments the rest writes one; and the
+ * same without the `moov`'s `trex` for the track, whose fragments a decoder refuses to read.
+ */
+export async function hybridM4a(
+  indexedMs: number,
+  fragmentedMs: number,
+): Promise<{ hybrid: Buffer; withoutTrex: Buffer }> {
+  const plain = await encodeAudio(makeWav({ durationMs: indexedMs }), 'm4a');
+  // DASH fragments address their data from their own moof: they can be moved.
+  const dash = await encodeAudio(makeWav({ durationMs: fragmentedMs }), 'm4a-dash');
+  const moov = topBox(plain, 'moov');
+  if (moov.at + moov.size !== plain.length) throw new Error('expected the moov last');
+  const mvexAt = dash.indexOf('mvex', topBox(dash, 'moov').at) - 4;
+  const mvex = dash.subarray(mvexAt, mvexAt + dash.readUInt32BE(mvexAt));
+  const header = Buffer.alloc(8);
+  header.writeUInt32BE(moov.size + mvex.length);
+  header.write('moov', 4, 'latin1');
+  const fragments = Buffer.from(dash.subarray(topBox(dash, 'moof').at));
+  // Each fragment's decode time moves on by the indexed samples (16 kHz, 1024 to a frame).
+  const stsz = plain.indexOf('stsz', moov.at);
+  const indexedSamples = plain.readUInt32BE(stsz + 12) * 1024;
+  for (let at = fragments.indexOf('tfdt'); at !== -1; at = fragments.indexOf('tfdt', at + 4)) {
+    if (fragments[at + 4] === 1)
+      fragments.writeBigUInt64BE(fragments.readBigUInt64BE(at + 8) + BigInt(indexedSamples), at + 8);
+    else fragments.writeUInt32BE(fragments.readUInt32BE(at + 8) + indexedSamples, at + 8);
+  }
+  const withMvex = Buffer.concat([header, plain.subarray(moov.at + 8), mvex]);
+  return {
+    hybrid: Buffer.concat([plain.subarray(0, moov.at), withMvex, fragments]),
+    withoutTrex: Buffer.concat([plain, fragments]),
+  };
+}
+
+/** A copy of an MP4 whose `n`th (from 0) sound handler says `handler` instead (`meta`, `text`). */
+export function withHandler(bytes: Buffer, n: number, handler: string): Buffer {
+  const copy = Buffer.from(bytes);
+  let seen = 0;
+  for (let at = copy.indexOf('hdlr'); at !== -1; at = copy.indexOf('hdlr', at + 4)) {
+    // hdlr: version and flags, pre_defined, then the handler type.
+    if (copy.toString('latin1', at + 12, at + 16) !== 'soun') continue;
+    if (seen++ === n) {
+      copy.write(handler, at + 12, 'latin1');
+      return copy;
+    }
+  }
+  throw new Error(`no sound handler ${n}`);
 }
 
 /** What ffmpeg decodes of an MP4/M4A when it picks the track itself, in ms (a player's, or a provider's, view). */
