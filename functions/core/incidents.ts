@@ -35,7 +35,7 @@ export interface MinuteCounts {
 export interface IncidentRule {
   /** Length of the sliding window the error rate is measured over, minutes. */
   readonly windowMinutes: number;
-  /** Share of the window's requests that must have failed with a 5xx (0–1). */
+  /** Share of the window's requests, less those turned away for load, that must have failed with a 5xx (0–1). */
   readonly errorRate: number;
   /** …and at least this many 5xx in the window, so one failed call on a quiet night is not an outage. */
   readonly minErrors: number;
@@ -73,7 +73,7 @@ const floorMinute = (ms: number): number => Math.floor(ms / MINUTE_MS) * MINUTE_
  * A minute is **down** when
  * - any call in it got the 503 of a registry that read as empty (nothing could be served), or
  * - it had a 5xx itself, and over the `windowMinutes` ending with it at least `minErrors` calls failed with a
- *   5xx and they, with the calls every deployment was too busy for, were at least `errorRate` of the calls (quiet
+ *   5xx and they were at least `errorRate` of the calls not turned away for load (429 `engine_overloaded`; quiet
  *   minutes count as zero), or
  * - a check of the uptime probe failed in it, and the same check failed in at least `minErrors` of the
  *   `windowMinutes` rounds ending with it: an endpoint (or the key store) that keeps failing is down whatever the
@@ -124,9 +124,10 @@ export const detectIncidents = (
       errors += w?.serverErrors ?? 0;
       overloaded += w?.overloaded ?? 0;
     }
-    // Overloads count as failures beside the 5xx (overload alone makes no minute down: it takes the 5xx): a minute
-    // of 4 upstream 500s and 6 all-busy 429s served nothing, and was 40 % "failed" counting the 5xx alone.
-    return errors >= rule.minErrors && errors + overloaded >= rule.errorRate * requests;
+    // The 5xx are judged against the calls that were not turned away for load: a minute of 4 upstream 500s and 6
+    // all-busy 429s served nothing, and read 40 % failed counting every call. Overload stays no outage of its own —
+    // one busy model's 429s do not make 3 broken streams elsewhere an outage, as counting them as failures would.
+    return errors >= rule.minErrors && errors >= rule.errorRate * (requests - overloaded);
   };
   /** Probe bit `bit` failed in this minute and in at least `minErrors` of the rounds of the window ending with it. */
   const persists = (m: MinuteCounts, bit: number): boolean => {

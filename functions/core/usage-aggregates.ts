@@ -14,8 +14,8 @@ export interface AggregateIncrement {
    * - `model#<id>` (`model#-` for calls without a valid model): requests, successes, faults, tokens, …;
    * - `status#<group>#<status>`: the error funnel's `count`;
    * - `minutes#<HH>`: one UTC hour's per-minute counters, each call in the minute it ended (on that minute's day):
-   *   `r<MM>` (calls the platform was asked to serve: successes and faults, not the caller's own errors), `e<MM>`
-   *   (5xx of a model or `platform`, but for deadline cuts and unwired models), `o<MM>` (429
+   *   `r<MM>` (calls the platform was asked to serve: successes and faults, not the caller's own errors nor deadline
+   *   cuts and unwired models, which say nothing of availability), `e<MM>` (5xx of a model or `platform`), `o<MM>` (429
    *   `engine_overloaded`) and `u<MM>` (503s of the `incident` group) — what incident detection reads (ADR 0008).
    *   The uptime probe's rounds with a failed check are `pc<MM>` (checks made) and `pf<MM>` (which failed, a bit
    *   per check), in an item of their own (core/uptime-probe.ts).
@@ -216,14 +216,22 @@ const attemptsText = (record: SettlementRecord): string => {
  * attempt count only, so it can name no user, key or account.
  */
 export const faultDetail = (record: SettlementRecord): string => {
-  const kind = KIND_TEXT[record.fault?.kind ?? ''] ?? 'internal error';
+  // The last attempt's `auth` without a status is a key that could not be read, never sent: no refusal upstream.
+  const last = record.attempts.at(-1);
+  const kind =
+    record.fault?.kind === 'auth' && last?.outcome === 'auth' && last.status === null
+      ? 'upstream key unavailable'
+      : (KIND_TEXT[record.fault?.kind ?? ''] ?? 'internal error');
   switch (record.outcome) {
     case 'stream_interrupted':
       return `stream interrupted after the first byte: ${kind}`;
     case 'upstream_error':
       if (record.fault?.kind === 'deadline')
         return `no upstream answered within the longest time a call may take (${attemptsText(record)})`;
-      return `every deployment failed (${attemptsText(record)}; last: ${kind})`;
+      // Nothing reached an upstream (keys unreadable, requests no deployment could express): none "failed".
+      return countUpstreamCalls(record.attempts) === 0
+        ? `no deployment could be called (last: ${kind})`
+        : `every deployment failed (${attemptsText(record)}; last: ${kind})`;
     case 'overloaded':
       // None tried: every circuit was open on overloads, and the call was refused before any attempt.
       return countUpstreamCalls(record.attempts) === 0

@@ -68,14 +68,14 @@ describe('detectIncidents', () => {
     expect(detectIncidents([{ ...minute(3, 4, 0), overloaded: 4 }], T0 + 40 * MIN)).toEqual([]);
   });
 
-  it('counts overloaded calls towards the failure rate once there are 5xx: a minute that served nothing is down', () => {
-    // 4 upstream 500s and 6 all-busy 429s: nothing served. Counting the 5xx alone, 40 % — no outage.
+  it('judges the 5xx against the calls not turned away for load: a minute that served nothing is down', () => {
+    // 4 upstream 500s and 6 all-busy 429s: nothing served. Against every call, 40 % — no outage.
     const [incident] = detectIncidents([{ ...minute(3, 10, 4), overloaded: 6 }], T0 + 40 * MIN);
     expect(incident).toMatchObject({ severity: 'MAJOR', name: 'Elevated error rate: 100% of calls failed' });
     // Still at least minErrors 5xx: two 500s among overloads are no outage.
     expect(detectIncidents([{ ...minute(3, 10, 2), overloaded: 8 }], T0 + 40 * MIN)).toEqual([]);
-    // And the rate is still a rate: 3 500s and 1 overload among 20 calls is not down.
-    expect(detectIncidents([{ ...minute(3, 20, 3), overloaded: 1 }], T0 + 40 * MIN)).toEqual([]);
+    // One busy model's 429s do not make a few broken streams elsewhere an outage: 3 of 400 served calls failed.
+    expect(detectIncidents([{ ...minute(3, 1_000, 3), overloaded: 600 }], T0 + 40 * MIN)).toEqual([]);
   });
 
   it('merges down minutes less than mergeGapMinutes apart, counting only down minutes as downtime', () => {

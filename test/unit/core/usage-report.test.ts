@@ -251,6 +251,27 @@ describe('the usage aggregates settlement writes', () => {
       'accounting store unavailable: refused rather than served unmetered',
       'internal error',
     ]);
+    // Keys that could not be read sent nothing: no deployment "failed", and no upstream refused a key. A refused
+    // key (401) after a server error is said as before.
+    const attempt = (outcome: 'auth' | 'server_error', status: number | null) => ({
+      deployment: 'd1',
+      provider: 'p1',
+      keyIndex: 0,
+      outcome,
+      status,
+      ms: 1,
+      detail: 'x',
+    });
+    expect(faultDetail(failed('upstream_error', 500, 'auth', { attempts: [attempt('auth', null)] }))).toBe(
+      'no deployment could be called (last: upstream key unavailable)',
+    );
+    expect(
+      faultDetail(
+        failed('upstream_error', 500, 'auth', {
+          attempts: [attempt('server_error', 500), attempt('auth', 401)],
+        }),
+      ),
+    ).toBe('every deployment failed (2 attempts; last: upstream key refused)');
   });
 
   it('name subjects the report can read back', () => {
