@@ -70,7 +70,12 @@ export interface LogAlarm {
   readonly prefix: string;
   /** Such lines in a period (5 minutes unless `periodMinutes`) that make the period breach. */
   readonly threshold: number;
-  readonly periodMinutes?: number;
+  /**
+   * Minutes, or `run`: the interval of the function's schedule (a `rate(…)`; a `cron(…)` is refused at synth), for
+   * an alarm that counts runs — with a fixed period, a slower schedule leaves periods without data, which never
+   * breach, and "3 of 3" would never come.
+   */
+  readonly periodMinutes?: number | 'run';
   /** Breaching periods among the last `evaluationPeriods` that raise it (default 1 of 1). */
   readonly datapointsToAlarm?: number;
   readonly evaluationPeriods?: number;
@@ -166,17 +171,19 @@ export const functions = {
     // the debt from what the release frees, with an arrears ledger entry.
     uses: { tables: { wallet: ['Query', 'GetItem', 'PutItem', 'UpdateItem', 'DeleteItem'] } },
     // A hold it cannot release is logged and the sweep goes on, succeeding: the errors alarm never sees it, while
-    // the customer's money stays held (402s). One-off contention clears by the next sweep; three periods do not.
+    // the customer's money stays held (402s). One-off contention clears by the next sweep; three sweeps of four do not.
     logAlarms: [
       {
         id: 'holds-not-released',
         prefix: HOLD_NOT_RELEASED,
         threshold: 1,
+        // Three of the last four sweeps: a run logging a moment late lands in the next period.
+        periodMinutes: 'run',
         datapointsToAlarm: 3,
-        evaluationPeriods: 3,
+        evaluationPeriods: 4,
         description:
-          "expired holds could not be released in 3 sweeps in a row: customers' money stays held; the warnings " +
-          'name the holds and the error',
+          "expired holds could not be released in 3 of the last 4 sweeps: customers' money stays held; the " +
+          'warnings name the holds and the error',
       },
     ],
   },
@@ -196,15 +203,15 @@ export const functions = {
       },
       {
         // Its costs are kept meanwhile: should the provider raise its prices, the price floor would not follow, and
-        // calls would sell below cost. An hourly sync failing three hours in a row is no blip.
+        // calls would sell below cost. Three failed syncs of four is no blip.
         id: 'unread-price-lists',
         prefix: PRICE_LIST_UNAVAILABLE,
         threshold: 1,
-        periodMinutes: 60,
+        periodMinutes: 'run',
         datapointsToAlarm: 3,
-        evaluationPeriods: 3,
+        evaluationPeriods: 4,
         description:
-          "a provider's price list could not be read in 3 hourly syncs in a row, so the price floor follows no " +
+          "a provider's price list could not be read in 3 of the last 4 syncs, so the price floor follows no " +
           'price change of it: the warnings name the provider and the error (its key, its endpoint)',
       },
     ],

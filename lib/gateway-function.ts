@@ -33,7 +33,7 @@ import {
 } from './functions.ts';
 import { keptInProduction } from './removal.ts';
 import { buckets, queues, type TableId, tables } from './resources.ts';
-import type { StageConfig } from './stage.ts';
+import { type StageConfig, scheduleContextKey } from './stage.ts';
 
 /**
  * Source-mapped stack traces, and a larger young generation: the hot path allocates many short-lived objects
@@ -95,6 +95,24 @@ const APPLICATION_LOG_LEVEL: Record<string, ApplicationLogLevel> = {
   warn: ApplicationLogLevel.WARN,
   error: ApplicationLogLevel.ERROR,
   silent: ApplicationLogLevel.FATAL,
+};
+
+/**
+ * A log alarm's period in minutes: its own, 5 by default, or for `run` the interval of the function's schedule in
+ * this stage — refused at synth when that is no `rate(…)` (a cron's runs have no one interval).
+ */
+const periodOf = (alarm: LogAlarm, definition: FunctionDefinition, stage: StageConfig): number => {
+  if (alarm.periodMinutes !== 'run') return alarm.periodMinutes ?? 5;
+  const trigger = definition.trigger;
+  if (trigger.kind !== 'schedule')
+    throw new Error(`log alarm ${alarm.id} counts runs of a function with no schedule`);
+  const expression = stage.schedules[trigger.schedule];
+  const rate = /^rate\((\d+) (minute|hour|day)s?\)$/.exec(expression);
+  if (!rate)
+    throw new Error(
+      `CDK context "${scheduleContextKey(trigger.schedule)}" must be a rate(…) expression: the ${alarm.id} alarm counts its runs, got ${JSON.stringify(expression)}`,
+    );
+  return Number(rate[1]) * { minute: 1, hour: 60, day: 1_440 }[rate[2] as 'minute' | 'hour' | 'day'];
 };
 
 /**
@@ -188,11 +206,18 @@ export class GatewayFunction extends Construct {
       ...(definition.uses.sendsTo?.includes('settlement') ? [UNSENT_SETTLEMENT_ALARM] : []),
       ...(definition.logAlarms ?? []),
     ];
-    for (const alarm of logAlarms) this.logAlarm(functionName, logGroup, bindings.alarmTopic, alarm);
+    for (const alarm of logAlarms)
+      this.logAlarm(functionName, logGroup, bindings.alarmTopic, alarm, periodOf(alarm, definition, stage));
   }
 
   /** Counts the log lines whose message begins with the alarm's prefix; `threshold` of them in a period breach it. */
-  private logAlarm(functionName: string, logGroup: LogGroup, topic: ITopic, alarm: LogAlarm): void {
+  private logAlarm(
+    functionName: string,
+    logGroup: LogGroup,
+    topic: ITopic,
+    alarm: LogAlarm,
+    periodMinutes: number,
+  ): void {
     const filter = new MetricFilter(this, alarm.id, {
       logGroup,
       filterPattern: FilterPattern.stringValue('$.message', '=', `${alarm.prefix}*`),
@@ -203,7 +228,7 @@ export class GatewayFunction extends Construct {
     new Alarm(this, `${alarm.id}-alarm`, {
       alarmName: `${functionName}-${alarm.id}`,
       alarmDescription: `${functionName}: ${alarm.description}`,
-      metric: filter.metric({ period: Duration.minutes(alarm.periodMinutes ?? 5), statistic: 'Sum' }),
+      metric: filter.metric({ period: Duration.minutes(periodMinutes), statistic: 'Sum' }),
       threshold: alarm.threshold,
       evaluationPeriods: alarm.evaluationPeriods ?? 1,
       datapointsToAlarm: alarm.datapointsToAlarm ?? alarm.evaluationPeriods ?? 1,

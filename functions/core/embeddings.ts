@@ -206,7 +206,7 @@ export const embeddingsCeiling = (prepared: PreparedEmbeddings): number => {
 
 /**
  * The fewest input tokens an embeddings call can be billed: token ids are what the upstream embeds, so their count
- * is exact; a text is never empty (prepareEmbeddings refuses it), so it is at least one token.
+ * is exact; a text is never empty (the request schema refuses it), so it is at least one token.
  */
 export const embeddingsFloor = (prepared: PreparedEmbeddings): number => {
   let floor = 0;

@@ -6,7 +6,7 @@ export type ModelKind = 'chat' | 'embedding' | 'transcription' | 'speech';
 
 /**
  * Published rates in USD, per 1M tokens for chat and embeddings, per minute of audio for
- * transcription, per 1M input characters for speech.
+ * transcription, per 1M characters (of `input` and `instructions`) for speech.
  */
 export interface Rates {
   readonly input: number;

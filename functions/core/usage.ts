@@ -10,7 +10,7 @@ export interface Usage {
   readonly reasoningTokens: number;
   /** Transcription: audio duration measured by the gateway. */
   readonly audioMs?: number;
-  /** Speech: input characters. */
+  /** Speech: characters of `input` and `instructions` (core/audio.ts speechCharacters). */
   readonly characters?: number;
   /**
    * `upstream`: the provider's own usage report. `estimated`: counted by the gateway because the

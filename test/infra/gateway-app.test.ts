@@ -695,16 +695,19 @@ describe('the CDK app', () => {
       `price-sync ${PRICE_SYNC_REFUSED_PREFIX}`,
       `uptime-probe ${UPTIME_ROUND_FAILED}`,
     ]);
-    // A hold left held through 3 sweeps in a row, a price list unread through 3 hourly syncs: no one-off blip.
+    // A hold left held through 3 of 4 sweeps, a price list unread through 3 of 4 syncs: no one-off blip. Their
+    // period is one run of their schedule (here the defaults: 5 minutes, an hour).
+    const runMinutes: Record<string, number> = { 'hold-sweeper': 5, 'price-sync': 60 };
     expect(declared.find((a) => a.id === 'holds-not-released')).toMatchObject({
       threshold: 1,
+      periodMinutes: 'run',
       datapointsToAlarm: 3,
-      evaluationPeriods: 3,
+      evaluationPeriods: 4,
     });
     expect(declared.find((a) => a.id === 'unread-price-lists')).toMatchObject({
-      periodMinutes: 60,
+      periodMinutes: 'run',
       datapointsToAlarm: 3,
-      evaluationPeriods: 3,
+      evaluationPeriods: 4,
     });
     // A refused sync at once; a failed probe round in 3 of the last 5 minutes, as the incident rule asks of a check.
     expect(declared.find((a) => a.id === 'refused-prices')).toMatchObject({ threshold: 1 });
@@ -741,7 +744,9 @@ describe('the CDK app', () => {
       expect(found.properties).toMatchObject({
         Threshold: alarm.threshold,
         Statistic: 'Sum',
-        Period: 60 * (alarm.periodMinutes ?? 5),
+        Period:
+          60 *
+          (alarm.periodMinutes === 'run' ? (runMinutes[alarm.name] as number) : (alarm.periodMinutes ?? 5)),
         EvaluationPeriods: alarm.evaluationPeriods ?? 1,
         DatapointsToAlarm: alarm.datapointsToAlarm ?? 1,
       });

@@ -31,3 +31,26 @@ describe('a production stage', () => {
     expect(subscriptions('ops@example.com')).toBe(1);
   });
 });
+
+describe("alarms that count a job's runs", () => {
+  const alarmPeriod = (context: Record<string, unknown>, name: string) => {
+    const jobs = stacksOf(context)[3] as Stack;
+    const alarms = Template.fromStack(jobs).findResources('AWS::CloudWatch::Alarm');
+    return Object.values(alarms).find((a) => String(a.Properties.AlarmName).endsWith(name))?.Properties
+      .Period;
+  };
+
+  it('take the period of one run of the schedule the stage gives, so a slower one still adds up to 3 of 4', () => {
+    expect(alarmPeriod({}, 'hold-sweeper-holds-not-released')).toBe(300);
+    expect(alarmPeriod({ holdSweeperSchedule: 'rate(10 minutes)' }, 'hold-sweeper-holds-not-released')).toBe(
+      600,
+    );
+    expect(alarmPeriod({ priceSyncSchedule: 'rate(2 hours)' }, 'price-sync-unread-price-lists')).toBe(7_200);
+  });
+
+  it('refuse a cron schedule for such a job: its runs have no one interval', () => {
+    expect(() => stacksOf({ holdSweeperSchedule: 'cron(0/5 * * * ? *)' })).toThrow(
+      /CDK context "holdSweeperSchedule" must be a rate\(…\) expression: the holds-not-released alarm counts its runs/,
+    );
+  });
+});

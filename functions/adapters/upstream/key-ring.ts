@@ -16,6 +16,24 @@ export const REREAD_REFUSED_KEY_MS = 60_000;
 export const REREAD_UNAVAILABLE_KEY_MS = 30_000;
 
 /**
+ * …and one whose read failed on the way (throttled, timed out, Secrets Manager's own fault): read again this soon —
+ * the next read likely succeeds, and a deployment with one key would otherwise fail every call for the long wait.
+ */
+export const REREAD_FAILED_READ_MS = 1_000;
+
+/** Whether a failed read may succeed if made again now: the SDK's retryable errors and the service's own faults. */
+const transient = (error: unknown): boolean => {
+  const e = error as { $retryable?: unknown; $fault?: unknown; name?: unknown } | null;
+  return (
+    e !== null &&
+    typeof e === 'object' &&
+    (e.$retryable !== undefined ||
+      e.$fault === 'server' ||
+      /Throttl|TooManyRequests|Timeout|TimedOut|Networking|ECONN|EAI_AGAIN/.test(String(e.name)))
+  );
+};
+
+/**
  * A deployment's upstream keys, resolved from their secret references on first use and cached for the
  * life of the instance — until the upstream refuses one (`refused`): the operator may have rotated it.
  * Which key a call uses is core's decision (`keyIndex`, see core/fallback.ts).
@@ -25,7 +43,7 @@ export class KeyRing {
   readonly #now: () => number;
   readonly #resolved = new Map<
     string,
-    { readonly value: Promise<string>; readonly at: number; failed: boolean }
+    { readonly value: Promise<string>; readonly at: number; rereadAfterMs: number | null }
   >();
 
   constructor(secrets: SecretResolver, now: () => number = Date.now) {
@@ -51,12 +69,17 @@ export class KeyRing {
     if (ref === null) return null;
     let cached = this.#resolved.get(ref);
     // A failed read is kept a while, then read again: a secret added later is picked up.
-    if (cached?.failed && this.#now() - cached.at >= REREAD_UNAVAILABLE_KEY_MS) cached = undefined;
+    const reread = cached?.rereadAfterMs;
+    if (cached && reread != null && this.#now() - cached.at >= reread) cached = undefined;
     if (cached === undefined) {
-      const entry = { value: this.#secrets.resolve(ref), at: this.#now(), failed: false };
+      const entry = {
+        value: this.#secrets.resolve(ref),
+        at: this.#now(),
+        rereadAfterMs: null as number | null,
+      };
       this.#resolved.set(ref, entry);
-      entry.value.catch(() => {
-        entry.failed = true;
+      entry.value.catch((error: unknown) => {
+        entry.rereadAfterMs = transient(error) ? REREAD_FAILED_READ_MS : REREAD_UNAVAILABLE_KEY_MS;
       });
       cached = entry;
     }

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { KeyRing, REREAD_REFUSED_KEY_MS, REREAD_UNAVAILABLE_KEY_MS } from '#adapters/upstream/key-ring.ts';
+import {
+  KeyRing,
+  REREAD_FAILED_READ_MS,
+  REREAD_REFUSED_KEY_MS,
+  REREAD_UNAVAILABLE_KEY_MS,
+} from '#adapters/upstream/key-ring.ts';
 import { UpstreamFailure } from '#core/fallback.ts';
 import { deployment } from '#test/fixtures.ts';
 
@@ -88,5 +93,29 @@ describe('KeyRing', () => {
     now += REREAD_UNAVAILABLE_KEY_MS;
     expect(await ring.key(keyed, 0)).toBe('added-key');
     expect(reads).toBe(2);
+  });
+
+  it('reads a secret again soon after a read that failed on the way (throttled): the next likely succeeds', async () => {
+    let reads = 0;
+    const resolver = {
+      resolve: async () => {
+        reads++;
+        if (reads === 1)
+          throw Object.assign(new Error('Rate exceeded'), {
+            name: 'ThrottlingException',
+            $retryable: { throttling: true },
+          });
+        return 'the-key';
+      },
+    };
+    let now = 0;
+    const ring = new KeyRing(resolver, () => now);
+    await expect(ring.key(keyed, 0)).rejects.toBeInstanceOf(UpstreamFailure);
+    now += REREAD_FAILED_READ_MS - 1;
+    await expect(ring.key(keyed, 0)).rejects.toBeInstanceOf(UpstreamFailure);
+    expect(reads).toBe(1);
+    now += 1;
+    expect(await ring.key(keyed, 0)).toBe('the-key');
+    expect(REREAD_FAILED_READ_MS).toBeLessThan(REREAD_UNAVAILABLE_KEY_MS);
   });
 });
