@@ -22,6 +22,7 @@ export interface AuthenticatorOptions {
 const NO_KEY =
   "You didn't provide an API key. Pass it in an Authorization header using Bearer auth " +
   '("Authorization: Bearer svc_live_…").';
+
 /**
  * Turns an `Authorization` header into a principal. Lookups are cached per instance, misses included, so a
  * flood of bad keys costs one store read per key per TTL (see RefreshingCache for how expiry behaves under
