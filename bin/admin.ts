@@ -42,6 +42,7 @@ import {
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { RegistryConflictError } from '#adapters/dynamo-registry.ts';
 import { RegistryFileError } from '#adapters/registry-file.ts';
+import { isTransient } from '#adapters/transient-errors.ts';
 import {
   BalanceCeilingError,
   MAX_BALANCE_NANO,
@@ -55,7 +56,7 @@ import { planSettlement } from '#core/settlement.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { type CommandSpec, checkCommandLine } from './admin/command-line.ts';
-import { EXIT_FAILED, EXIT_TRANSIENT, EXIT_USAGE, isTransient } from './admin/exit-status.ts';
+import { EXIT_FAILED, EXIT_TRANSIENT, EXIT_USAGE } from './admin/exit-status.ts';
 import { runningLocalStack } from './admin/local-stack.ts';
 import { REGISTRY_GROUPS, REGISTRY_USAGE, runRegistryCommand } from './admin/registry-commands.ts';
 import { replayProblem, replaySettlements } from './admin/settlement-replay.ts';

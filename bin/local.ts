@@ -11,8 +11,7 @@ import { MAX_BALANCE_NANO } from '#core/accounting.ts';
 import { isWellFormedKey } from '#core/api-keys.ts';
 import { NANO_PER_USD, nanoToUsd, parseUsd } from '#core/pricing.ts';
 import { loadConfig, TUNABLE_ENV } from '#functions/config.ts';
-import { queues, tables } from '#lib/resources.ts';
-import { holdTtlProblem } from '#lib/stage.ts';
+import { CONFIG_PLACEHOLDERS, holdTtlProblem } from '#lib/stage.ts';
 import { externalDeploymentIssues, readCatalog } from '#local/seed.ts';
 import { type LocalStack, startLocalStack } from '#local/stack.ts';
 import { removeOwnStackFile, writeStackFile } from '#local/stack-file.ts';
@@ -91,20 +90,17 @@ for (const name of ['LOG_LEVEL', 'PRICE_MIN_MARGIN', ...TUNABLE_ENV])
   if (env[name]) functionEnv[name] = env[name];
 // Each setting is checked as the functions will read it, before anything starts: a bad LOG_LEVEL or
 // MAX_JSON_BODY_BYTES was refused only once the emulators and the simulator were up. The resource names are the
-// stack's to give; stand-ins here.
+// stack's to give; stand-ins here, as the stacks' own check uses.
+let holdTtlMs = 0;
 try {
-  loadConfig({
-    ...Object.fromEntries(Object.values(tables).map((t) => [t.envVar, 'not-started-yet'])),
-    [queues.settlement.envVar]: 'http://127.0.0.1/not-started-yet',
-    ...functionEnv,
-  });
+  ({ holdTtlMs } = loadConfig({ ...CONFIG_PLACEHOLDERS, ...functionEnv }));
 } catch (error) {
   fail(error instanceof Error ? error.message : String(error));
 }
 // The local functions run with their Lambda timeouts, so a hold must outlive them here as on AWS (the stacks
 // refuse the same value at synth).
 if (functionEnv.HOLD_TTL_MS) {
-  const problem = holdTtlProblem(Number(functionEnv.HOLD_TTL_MS));
+  const problem = holdTtlProblem(holdTtlMs);
   if (problem) fail(`HOLD_TTL_MS must be ${problem}, got "${env.HOLD_TTL_MS}"`);
 }
 

@@ -1,7 +1,7 @@
 import { MODELS_PATH } from '#core/endpoints.ts';
 import { ModelNotFoundError, RouteNotFoundError } from '#core/errors.ts';
 import { modelObject } from '#core/model-listing.ts';
-import type { Catalog } from '#core/registry.ts';
+import { byId, type Catalog } from '#core/registry.ts';
 import { httpHandler, JSON_HEADERS, withoutTrailingSlashes } from '#http/handler.ts';
 import { header } from '#http/lambda.ts';
 import { type Container, containerFromEnv } from './container.ts';
@@ -14,8 +14,8 @@ const listings = new WeakMap<Catalog, unknown>();
 const listingOf = (catalog: Catalog): unknown => {
   let listing = listings.get(catalog);
   if (listing === undefined) {
-    // In the order of their ids (code units, as every reader's sort), not the registry table's.
-    const models = catalog.list().sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    // In the order of their ids, not the registry table's.
+    const models = catalog.list().sort(byId);
     listing = { object: 'list', data: models.map(modelObject) };
     listings.set(catalog, listing);
   }

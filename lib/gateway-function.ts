@@ -33,7 +33,7 @@ import {
 } from './functions.ts';
 import { keptInProduction } from './removal.ts';
 import { buckets, queues, type TableId, tables } from './resources.ts';
-import { type StageConfig, scheduleContextKey } from './stage.ts';
+import { rateMinutes, type StageConfig, scheduleContextKey } from './stage.ts';
 
 /**
  * Source-mapped stack traces, and a larger young generation: the hot path allocates many short-lived objects
@@ -97,6 +97,9 @@ const APPLICATION_LOG_LEVEL: Record<string, ApplicationLogLevel> = {
   silent: ApplicationLogLevel.FATAL,
 };
 
+/** The longest an alarm's periods may span together (CloudWatch: period × evaluation periods ≤ 7 days). */
+const MAX_ALARM_WINDOW_MINUTES = 7 * 1_440;
+
 /**
  * A log alarm's period in minutes: its own, 5 by default, or for `run` the interval of the function's schedule in
  * this stage — refused at synth when that is no `rate(…)` (a cron's runs have no one interval).
@@ -107,12 +110,14 @@ const periodOf = (alarm: LogAlarm, definition: FunctionDefinition, stage: StageC
   if (trigger.kind !== 'schedule')
     throw new Error(`log alarm ${alarm.id} counts runs of a function with no schedule`);
   const expression = stage.schedules[trigger.schedule];
-  const rate = /^rate\((\d+) (minute|hour|day)s?\)$/.exec(expression);
-  if (!rate)
+  const minutes = rateMinutes(expression);
+  // CloudWatch evaluates at most 7 days of periods: runs further apart could not be counted to the alarm's number.
+  const periods = alarm.evaluationPeriods ?? 1;
+  if (minutes === null || minutes * periods > MAX_ALARM_WINDOW_MINUTES)
     throw new Error(
-      `CDK context "${scheduleContextKey(trigger.schedule)}" must be a rate(…) expression: the ${alarm.id} alarm counts its runs, got ${JSON.stringify(expression)}`,
+      `CDK context "${scheduleContextKey(trigger.schedule)}" must be a rate(…) expression of at most ${Math.floor(MAX_ALARM_WINDOW_MINUTES / periods / 60)} hours: the ${alarm.id} alarm counts its last ${periods} runs, got ${JSON.stringify(expression)}`,
     );
-  return Number(rate[1]) * { minute: 1, hour: 60, day: 1_440 }[rate[2] as 'minute' | 'hour' | 'day'];
+  return minutes;
 };
 
 /**

@@ -124,7 +124,7 @@ const settlementAllowanceS = (): number => {
 export const SETTLEMENT_MAX_CONCURRENCY = 50;
 
 /** Stand-ins for the names the stacks set, so loadConfig can check the tunable values on their own. */
-const CONFIG_PLACEHOLDERS: Readonly<Record<string, string>> = Object.fromEntries([
+export const CONFIG_PLACEHOLDERS: Readonly<Record<string, string>> = Object.fromEntries([
   ...Object.values(tables).map((t) => [t.envVar, 'placeholder']),
   [queues.settlement.envVar, 'placeholder'],
 ]);
@@ -139,6 +139,16 @@ export const DEFAULT_SCHEDULES: Readonly<Record<ScheduleId, string>> = {
 
 /** The context key of each schedule, e.g. `-c holdSweeperSchedule="rate(10 minutes)"`. */
 export const scheduleContextKey = (id: ScheduleId): string => `${id}Schedule`;
+
+const RATE = /^rate\((\d+) (minute|hour|day)s?\)$/;
+const CRON = /^cron\([^()]+\)$/;
+const RATE_UNIT_MINUTES = { minute: 1, hour: 60, day: 1_440 } as const;
+
+/** The minutes between runs of a `rate(…)` schedule; null for a `cron(…)`, whose runs have no one interval. */
+export const rateMinutes = (expression: string): number | null => {
+  const rate = RATE.exec(expression);
+  return rate ? Number(rate[1]) * RATE_UNIT_MINUTES[rate[2] as keyof typeof RATE_UNIT_MINUTES] : null;
+};
 
 /** The retention periods CloudWatch Logs accepts. */
 const RETENTION_DAYS = [
@@ -203,7 +213,7 @@ export const stageConfig = (context: Context): StageConfig => {
     const key = scheduleContextKey(id);
     const expression = text(context, key);
     if (expression === undefined) continue;
-    if (!/^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\([^()]+\))$/.test(expression))
+    if (!RATE.test(expression) && !CRON.test(expression))
       fail(key, 'a schedule expression like "rate(5 minutes)" or "cron(0 * * * ? *)"', expression);
     schedules[id] = expression;
   }

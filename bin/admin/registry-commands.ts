@@ -19,7 +19,7 @@ import {
   toRegistryFile,
   usesSimulator,
 } from '#adapters/registry-file.ts';
-import type { Deployment, Model, Rates } from '#core/registry.ts';
+import { byId, compareIds, type Deployment, type Model, type Rates } from '#core/registry.ts';
 import { tables } from '#lib/resources.ts';
 import { localClientConfig } from '#local/emulators.ts';
 import { type CommandSpec, checkCommandLine } from './command-line.ts';
@@ -217,7 +217,7 @@ export const runRegistryCommand = async (
         const active = countActive(deployments);
         const rows = models
           .filter((m) => values.all || m.status === 'active')
-          .sort((a, b) => compare(a.id, b.id))
+          .sort(byId)
           .map((m) => [
             m.id,
             m.kind,
@@ -289,7 +289,7 @@ export const runRegistryCommand = async (
         }
         const rows = deployments
           .filter((d) => (values.all || d.status === 'active') && (!values.model || d.model === values.model))
-          .sort((a, b) => compare(a.model, b.model) || a.priority - b.priority || compare(a.id, b.id))
+          .sort((a, b) => compareIds(a.model, b.model) || a.priority - b.priority || compareIds(a.id, b.id))
           .map((d) => [
             d.id,
             d.model,
@@ -508,8 +508,6 @@ const flagList = (m: Model) =>
     .filter(([, on]) => on)
     .map(([name]) => name)
     .join(',') || '-';
-
-const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 

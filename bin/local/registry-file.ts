@@ -10,7 +10,6 @@ import {
 } from '#adapters/registry-file.ts';
 import type { Deployment, Model } from '#core/registry.ts';
 import { localClientConfig } from './emulators.ts';
-import { SIMULATOR_SECRETS } from './seed.ts';
 
 /** A registry file (`REGISTRY_FILE`) as the local host seeds it instead of the catalog and its simulator. */
 export interface LocalRegistryFile {
@@ -38,7 +37,7 @@ const UNSTARTED_SIMULATOR = 'http://127.0.0.1:0';
  */
 export const readRegistryFile = (
   path: string,
-  /** The environment its `env:` key references resolve in (the simulator's own keys are always there). */
+  /** The environment its `env:` key references resolve in (the stack's: the caller's and the simulator's keys). */
   secretEnv: Readonly<Record<string, string | undefined>> = {},
 ): LocalRegistryFile => {
   let text: string;
@@ -65,9 +64,8 @@ export const readRegistryFile = (
         ]
       : [],
   );
-  const env: Readonly<Record<string, string | undefined>> = { ...secretEnv, ...SIMULATOR_SECRETS };
   const unset = checked.deployments.flatMap((d, i) => {
-    const missing = d.keyRefs.filter((ref) => ref.startsWith('env:') && !env[ref.slice('env:'.length)]);
+    const missing = d.keyRefs.filter((ref) => ref.startsWith('env:') && !secretEnv[ref.slice('env:'.length)]);
     return d.status === 'active' && missing.length > 0
       ? [
           `deployments[${i}].keyRefs: "${d.id}" reads ${missing.join(', ')}, unset here; without it it fails over to the next deployment`,

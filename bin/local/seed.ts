@@ -3,7 +3,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { z } from 'zod';
 import { DynamoAccounts } from '#adapters/dynamo-accounts.ts';
 import { DynamoRegistry } from '#adapters/dynamo-registry.ts';
-import { deploymentSchema, describeIssues, modelSchema } from '#adapters/registry-codec.ts';
+import { deploymentSchema, describeIssues, issueList, modelSchema } from '#adapters/registry-codec.ts';
 import type { Deployment, Model, Rates } from '#core/registry.ts';
 import type { PriceLists } from '#sim/prices.ts';
 import { localClientConfig } from './emulators.ts';
@@ -116,7 +116,7 @@ export const externalDeploymentIssues = (
   const issues = new Set<string>();
   for (const deployment of externalDeployments(models, baseUrl, options)) {
     const checked = deploymentSchema.safeParse(deployment);
-    if (!checked.success) for (const issue of describeIssues(checked.error).split('; ')) issues.add(issue);
+    if (!checked.success) for (const issue of issueList(checked.error)) issues.add(issue);
   }
   return issues.size > 0 ? [...issues].join('; ') : null;
 };

@@ -161,10 +161,10 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     // key in a kept DATA_DIR (it was found only at the listen, seconds and changes later).
     const wantedPort = options.port ?? 8787;
     if (wantedPort !== 0) await portIsFree(wantedPort, options.host ?? '127.0.0.1');
+    // The functions' `env:` key references resolve here: the caller's environment and the simulator's keys.
+    const keyEnv = { ...options.secretEnv, ...SIMULATOR_SECRETS };
     // A bad registry file fails here, naming the field at fault, before any emulator starts.
-    const registryFile = options.registryFile
-      ? readRegistryFile(options.registryFile, options.secretEnv)
-      : null;
+    const registryFile = options.registryFile ? readRegistryFile(options.registryFile, keyEnv) : null;
     for (const warning of registryFile?.warnings ?? []) log(`registry file: ${warning}`);
     let emulators: EmulatorEndpoints;
     if (options.emulators) emulators = options.emulators;
@@ -260,8 +260,7 @@ export const startLocalStack = async (options: LocalStackOptions = {}): Promise<
     stops.push(() => settlements.stop());
     losses.push(settlements.lost);
     const containerEnv = {
-      ...options.secretEnv,
-      ...SIMULATOR_SECRETS,
+      ...keyEnv,
       ...(options.upstreamApiKey ? { UPSTREAM_API_KEY: options.upstreamApiKey } : {}),
     };
     const containerAws = {

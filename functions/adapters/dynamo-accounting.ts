@@ -821,7 +821,7 @@ export class DynamoAccounting implements AccountingStore {
       const [hold, wallet] = error.CancellationReasons ?? [];
       if (failed(hold)) return 'gone';
       if (failed(wallet)) return num(wallet?.Item?.owed);
-      if (contended(error.CancellationReasons ?? [])) return owedSeen;
+      if (contended(error.CancellationReasons)) return owedSeen;
       throw error;
     }
   }

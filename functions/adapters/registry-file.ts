@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { type Deployment, type Model, type ModelKind, RATE_NAMES } from '#core/registry.ts';
+import { byId, compareIds, type Deployment, type Model, type ModelKind, RATE_NAMES } from '#core/registry.ts';
 import { PSEUDO_GROUPS } from '#core/usage-aggregates.ts';
 import { deploymentSchema, formatPath, issueList, modelSchema } from './registry-codec.ts';
 
@@ -471,13 +471,10 @@ export const toRegistryFile = (
   return {
     models: [...registry.models].sort(byId).map((m) => modelSchema.parse(m) as Model),
     deployments: [...registry.deployments]
-      .sort((a, b) => compare(a.model, b.model) || a.priority - b.priority || compare(a.id, b.id))
+      .sort((a, b) => compareIds(a.model, b.model) || a.priority - b.priority || compareIds(a.id, b.id))
       .map((d) => {
         const parsed = deploymentSchema.parse(documentOf(d)) as Deployment;
         return { ...parsed, baseUrl: portable(parsed.baseUrl) };
       }),
   };
 };
-
-const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-const byId = (a: { id: string }, b: { id: string }) => compare(a.id, b.id);

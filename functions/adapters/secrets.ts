@@ -2,7 +2,8 @@ import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-sec
 import { boundedRequests } from './aws-clients.ts';
 
 /**
- * Resolves deployment secret references to upstream API keys, once per cold start (KeyRing caches them).
+ * Resolves deployment secret references to upstream API keys (KeyRing caches them: read once per cold start, and
+ * again after the upstream refused a key or a read failed).
  * `env:NAME` reads an environment variable (the local host, tests); `secretsmanager:ID` reads a Secrets
  * Manager secret by name or ARN (AWS). Keys live only in memory; they are never logged or written anywhere,
  * and error messages name the reference, never a value.

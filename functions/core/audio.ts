@@ -133,7 +133,7 @@ export const upstreamSpeechBody = (
  * The format a transcription is asked of the upstream in: one that carries the provider's measure of the audio
  * (transcriptionBody) — plain text as JSON, subtitles as `verbose_json`, whose segments they are written from.
  */
-export const upstreamTranscriptionFormat = (format: TranscriptionFormat): TranscriptionFormat =>
+const upstreamTranscriptionFormat = (format: TranscriptionFormat): TranscriptionFormat =>
   format === 'text' ? 'json' : format === 'srt' || format === 'vtt' ? 'verbose_json' : format;
 
 /** The form the upstream receives besides the file: the validated fields, with its own model name. */
@@ -186,7 +186,7 @@ export type MeasuredAudio = Pick<AudioInfo, 'durationMs' | 'counted'>;
  * whose length we could only read from what the file claims (Ogg granules, WebM timestamps, an MP4 of another
  * codec than AAC): if such a file was made to read shorter than it plays, the provider's decode is the truth, and
  * what we pay for. Where ours is a count of the audio present (`counted`), nothing decodes to more: a provider's
- * longer report is its error (Whisper's last cue can run past the audio), billed to no client (ADR 0005) but told.
+ * longer report is its error, billed to no client (ADR 0005) but told.
  */
 export const billedAudioMs = (measured: MeasuredAudio, reportedMs: number | null): number =>
   !measured.counted && reportedMs !== null && reportedMs > measured.durationMs + REPORTED_DURATION_SLACK_MS

@@ -87,9 +87,11 @@ export interface KeyMemory {
   shunned(deploymentId: string, keyIndex: number): boolean;
   failed(deploymentId: string, keyIndex: number, failure: UpstreamFailure): void;
 }
-/** Failures that mean "busy", which the client sees as 429 when every deployment reports one. */
-/** Failures that say the upstream is busy (now, or for our key): they carry when to come back (Retry-After). */
-export const BUSY: ReadonlySet<FailureKind> = new Set(['overloaded', 'rate_limited']);
+/**
+ * Failures that say the upstream is busy (now, or for our key): they carry when to come back (Retry-After), the client
+ * sees 429 when every deployment reports one, and health counts them towards a run of overloads.
+ */
+export const BUSY: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['overloaded', 'rate_limited']);
 
 export interface Attempt {
   readonly deployment: string;
@@ -178,7 +180,7 @@ export const withFallback = async <T>(
         if (!(error instanceof UpstreamFailure)) throw error;
         lastFailure = error;
         if (BUSY.has(error.kind)) soonestMs = Math.min(soonestMs, error.retryAfterMs ?? DEFAULT_RETRY_MS);
-        if (reachedUpstream(error.kind, error.status)) upstreamCalls++;
+        if (reachedUpstream({ outcome: error.kind, status: error.status })) upstreamCalls++;
         attempts.push(
           record(deployment, keyIndex, error.kind, error.status, clock.now() - started, error.message),
         );
@@ -274,13 +276,17 @@ export const deadlineError = (message?: string): DeadlineError =>
  * could not be read (`auth` without a status: a refused key has the upstream's 401 or 403). Neither spends the
  * call's budget of upstream calls, nor shows in `x-svc-attempts`.
  */
-const reachedUpstream = (outcome: Attempt['outcome'], status: number | null): boolean =>
-  status !== null || (outcome !== 'unsupported' && outcome !== 'auth');
+const reachedUpstream = (attempt: Pick<Attempt, 'outcome' | 'status'>): boolean =>
+  !keyUnread(attempt) && !(attempt.outcome === 'unsupported' && attempt.status === null);
+
+/** An attempt whose key could not be read: `auth` without the upstream's status (nothing was sent). */
+export const keyUnread = (attempt: Pick<Attempt, 'outcome' | 'status'>): boolean =>
+  attempt.outcome === 'auth' && attempt.status === null;
 
 /** Attempts that reached an upstream (bounded by `maxAttempts`). */
 export const countUpstreamCalls = (attempts: readonly Attempt[]): number => {
   let calls = 0;
-  for (const a of attempts) if (reachedUpstream(a.outcome, a.status)) calls++;
+  for (const a of attempts) if (reachedUpstream(a)) calls++;
   return calls;
 };
 
@@ -320,7 +326,7 @@ const exhausted = (attempts: readonly Attempt[], last: UpstreamFailure | null, s
   if (last && failed.length > 0 && failed.every((a) => a.outcome === 'unsupported')) throw rejected(last);
   // Deployments that cannot express the request say nothing about load: the rest decide busy or broken.
   const tried = failed.filter((a) => a.outcome !== 'unsupported');
-  if (tried.length > 0 && tried.every((a) => BUSY.has(a.outcome as FailureKind))) {
+  if (tried.length > 0 && tried.every((a) => BUSY.has(a.outcome))) {
     throw new EngineOverloadedError({ headers: retryHeaders(soonestMs), cause: last });
   }
   throw new UpstreamFaultError(undefined, last);

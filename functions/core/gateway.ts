@@ -7,6 +7,7 @@ import {
   abandoned,
   cancelledAttempt,
   deadlineError,
+  keyUnread,
   RouteCancelled,
   type Served,
   withFallback,
@@ -302,20 +303,15 @@ export class Gateway {
       // A key the provider refuses (revoked, out of credit) is invisible to clients — key cycling and fallback
       // serve them — so it is said here, once per refused attempt, naming the key by its place in the deployment.
       // One that could not be read (no status: nothing was sent) is the operator's configuration, said as such.
-      for (const a of call.attempts.slice(before))
-        if (a.outcome === 'auth')
-          if (a.status === null)
-            this.#deps.warn?.('an upstream key could not be read', {
-              deployment: a.deployment,
-              keyIndex: a.keyIndex,
-              detail: a.detail,
-            });
-          else
-            this.#deps.warn?.('an upstream refused our key', {
-              deployment: a.deployment,
-              keyIndex: a.keyIndex,
-              status: a.status,
-            });
+      for (const a of call.attempts.slice(before)) {
+        if (a.outcome !== 'auth') continue;
+        const unread = keyUnread(a);
+        this.#deps.warn?.(unread ? 'an upstream key could not be read' : 'an upstream refused our key', {
+          deployment: a.deployment,
+          keyIndex: a.keyIndex,
+          ...(unread ? { detail: a.detail } : { status: a.status }),
+        });
+      }
       // Failed attempts count now; the one that served is judged when the call ends (observeEnd), because a
       // stream that breaks after its first byte was not a success.
       // A deployment that served after one of its keys failed is healthy: that was the key's fault (and key

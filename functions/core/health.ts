@@ -1,4 +1,4 @@
-import type { Attempt, FailureKind, KeyMemory, UpstreamFailure } from './fallback.ts';
+import { type Attempt, BUSY, type FailureKind, type KeyMemory, type UpstreamFailure } from './fallback.ts';
 import type { Clock } from './ports.ts';
 
 /**
@@ -63,8 +63,6 @@ export interface DeploymentHealthView {
 
 /** Outcomes that say nothing about the deployment: the request itself was refused. */
 export const NEUTRAL: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['rejected', 'unsupported']);
-/** "Busy" outcomes: they count towards the overload run, and a circuit opened only by them is `overloaded`. */
-const BUSY: ReadonlySet<Attempt['outcome']> = new Set<FailureKind>(['overloaded', 'rate_limited']);
 
 /** Share of failures that marks a closed deployment as degraded. */
 const DEGRADED_FAILURE_RATE = 0.2;

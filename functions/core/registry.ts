@@ -202,3 +202,10 @@ export class Catalog {
     );
   }
 }
+
+/** Strings in the order of their UTF-16 code units (as JavaScript's default sort): ids, model names. */
+export const compareIds = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+/** Entries in the order of their ids. */
+export const byId = (a: { readonly id: string }, b: { readonly id: string }): number =>
+  compareIds(a.id, b.id);

@@ -1,4 +1,4 @@
-import { countUpstreamCalls } from './fallback.ts';
+import { countUpstreamCalls, keyUnread } from './fallback.ts';
 import type { Outcome, SettlementRecord } from './settlement.ts';
 import { isCharged, tokensOf } from './usage.ts';
 
@@ -73,12 +73,13 @@ export const funnelGroup = (record: SettlementRecord): string => {
 };
 
 /**
- * Whether a fault counts against the platform's availability (the minute counters' `e`). Not a call cut at the
- * longest time a call may take — the platform and its upstreams were working; the call outlasted what it may take —
- * nor one to a model with no deployment configured or left undrained: a standing state of that model, shown in its
- * row, which any key holder could otherwise call once a minute to take the platform's uptime down.
+ * Whether a fault bears on the platform's availability, and so enters the minute counters at all (`r`, and `e`, `o`
+ * or `u`). Not a call cut at the longest time a call may take — the platform and its upstreams were working; the call
+ * outlasted what it may take — nor one to a model with no deployment configured or left undrained: a standing state
+ * of that model, shown in its row, which any key holder could otherwise call once a minute to take the platform's
+ * uptime down, or call many times a minute to dilute an outage.
  */
-const isDowntimeFault = (record: SettlementRecord): boolean =>
+const bearsOnAvailability = (record: SettlementRecord): boolean =>
   record.fault?.kind !== 'deadline' && record.fault?.kind !== 'no_eligible_model';
 
 /** A stream that broke after its 200 is a server fault, whatever its status line said. */
@@ -155,10 +156,9 @@ export const aggregatesFor = (record: SettlementRecord): AggregateIncrement[] =>
   // The caller's own errors say nothing about the platform's health: they stay out of the minute counters.
   // Every call is counted in the minute it ended, successes as faults, so that a minute's failures are compared
   // with the calls that ended with them, and a minute once past is not rewritten by a call that fails later.
-  // A fault that says nothing of availability either way (a model with no deployment, a call cut at the longest a
-  // call may take: isDowntimeFault) is not among the calls the platform was asked to serve either: counted there it
-  // diluted the error rate of its minute — a keyed client calling an unwired model could hide an outage.
-  if (success || (fault && isDowntimeFault(record))) {
+  // A fault that says nothing of availability either way (bearsOnAvailability) is not among the calls the platform
+  // was asked to serve either: counted there it diluted the error rate of its minute.
+  if (success || (fault && bearsOnAvailability(record))) {
     const { day: endDay, subject, minute } = minuteSlot(endedAt(record));
     const group = fault ? funnelGroup(record) : null;
     increments.push({
@@ -203,11 +203,7 @@ const AGENT_TEXT: Readonly<Record<number, string>> = {
   429: 'rate limit of the account’s tier',
 };
 
-/** The upstream calls a call made (not a deployment that could not express it, nor an unreadable key). */
-const attemptsText = (record: SettlementRecord): string => {
-  const calls = countUpstreamCalls(record.attempts);
-  return `${calls} attempt${calls === 1 ? '' : 's'}`;
-};
+const attemptsText = (calls: number): string => `${calls} attempt${calls === 1 ? '' : 's'}`;
 
 /**
  * The public detail of a fault. Error messages can echo what the caller sent (an unknown model id, a
@@ -218,8 +214,10 @@ const attemptsText = (record: SettlementRecord): string => {
 export const faultDetail = (record: SettlementRecord): string => {
   // The last attempt's `auth` without a status is a key that could not be read, never sent: no refusal upstream.
   const last = record.attempts.at(-1);
+  // Upstream calls made: not a deployment that could not express the request, nor an unreadable key.
+  const calls = countUpstreamCalls(record.attempts);
   const kind =
-    record.fault?.kind === 'auth' && last?.outcome === 'auth' && last.status === null
+    record.fault?.kind === 'auth' && last !== undefined && keyUnread(last)
       ? 'upstream key unavailable'
       : (KIND_TEXT[record.fault?.kind ?? ''] ?? 'internal error');
   switch (record.outcome) {
@@ -227,16 +225,16 @@ export const faultDetail = (record: SettlementRecord): string => {
       return `stream interrupted after the first byte: ${kind}`;
     case 'upstream_error':
       if (record.fault?.kind === 'deadline')
-        return `no upstream answered within the longest time a call may take (${attemptsText(record)})`;
+        return `no upstream answered within the longest time a call may take (${attemptsText(calls)})`;
       // Nothing reached an upstream (keys unreadable, requests no deployment could express): none "failed".
-      return countUpstreamCalls(record.attempts) === 0
+      return calls === 0
         ? `no deployment could be called (last: ${kind})`
-        : `every deployment failed (${attemptsText(record)}; last: ${kind})`;
+        : `every deployment failed (${attemptsText(calls)}; last: ${kind})`;
     case 'overloaded':
       // None tried: every circuit was open on overloads, and the call was refused before any attempt.
-      return countUpstreamCalls(record.attempts) === 0
+      return calls === 0
         ? 'every deployment overloaded (circuits open)'
-        : `every deployment overloaded (${attemptsText(record)})`;
+        : `every deployment overloaded (${attemptsText(calls)})`;
     case 'unavailable':
       if (record.fault?.kind === 'registry_empty') return 'no eligible model: the model registry is empty';
       if (record.fault?.kind === 'no_eligible_model') return 'no eligible model: no deployment can serve it';

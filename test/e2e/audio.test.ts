@@ -207,40 +207,27 @@ describe('POST /v1/audio/speech with the official openai SDK', () => {
     expect(audio.durationMs).toBeLessThan(input.length * 60 + 200);
   });
 
-  it('debits 25 USD per 1M input characters, counting code points', async () => {
+  /** What a funded account is debited for one speech call of `body` (pcm, voice nova), once it has settled. */
+  const speechDebit = async (body: Record<string, unknown>): Promise<number | undefined> => {
     const { id, key } = await fundedAccount(t);
-    const text = 'Grüße, 世界! 🎧';
     const response = await fetch(`${t.baseURL}/audio/speech`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'svc-tts', input: text, voice: 'nova', response_format: 'pcm' }),
+      body: JSON.stringify({ model: 'svc-tts', voice: 'nova', response_format: 'pcm', ...body }),
     });
     expect(response.status).toBe(200);
     await response.arrayBuffer();
-    const wallet = await settledWallet(t, id);
-    expect(debitOf(wallet, response.headers.get('x-request-id') as string)).toBe(
-      [...text].length * NANO_PER_CHARACTER,
-    );
+    return debitOf(await settledWallet(t, id), response.headers.get('x-request-id') as string);
+  };
+
+  it('debits 25 USD per 1M input characters, counting code points', async () => {
+    const text = 'Grüße, 世界! 🎧';
+    expect(await speechDebit({ input: text })).toBe([...text].length * NANO_PER_CHARACTER);
   });
 
   it('debits the characters of instructions too: the provider is sent them, and charges for them', async () => {
-    const { id, key } = await fundedAccount(t);
     const instructions = 'Speak slowly, in a calm voice. 🎧';
-    const response = await fetch(`${t.baseURL}/audio/speech`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'svc-tts',
-        input: 'Hi',
-        voice: 'nova',
-        response_format: 'pcm',
-        instructions,
-      }),
-    });
-    expect(response.status).toBe(200);
-    await response.arrayBuffer();
-    const wallet = await settledWallet(t, id);
-    expect(debitOf(wallet, response.headers.get('x-request-id') as string)).toBe(
+    expect(await speechDebit({ input: 'Hi', instructions })).toBe(
       (2 + [...instructions].length) * NANO_PER_CHARACTER,
     );
   });

@@ -48,9 +48,16 @@ describe("alarms that count a job's runs", () => {
     expect(alarmPeriod({ priceSyncSchedule: 'rate(2 hours)' }, 'price-sync-unread-price-lists')).toBe(7_200);
   });
 
-  it('refuse a cron schedule for such a job: its runs have no one interval', () => {
+  it('refuse a cron schedule for such a job (its runs have no one interval), or one too slow to count', () => {
     expect(() => stacksOf({ holdSweeperSchedule: 'cron(0/5 * * * ? *)' })).toThrow(
-      /CDK context "holdSweeperSchedule" must be a rate\(…\) expression: the holds-not-released alarm counts its runs/,
+      /CDK context "holdSweeperSchedule" must be a rate\(…\) expression of at most 42 hours: the holds-not-released alarm counts its last 4 runs/,
+    );
+    // Nor one whose four runs span more than CloudWatch evaluates (7 days): it would fail at deploy, not here.
+    expect(() => stacksOf({ priceSyncSchedule: 'rate(2 days)' })).toThrow(
+      /"priceSyncSchedule" must be a rate/,
+    );
+    expect(alarmPeriod({ priceSyncSchedule: 'rate(42 hours)' }, 'price-sync-unread-price-lists')).toBe(
+      151_200,
     );
   });
 });

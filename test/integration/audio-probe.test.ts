@@ -335,16 +335,22 @@ describe('the transcription probe bills what decoders play, not what a header cl
     expect(Math.abs((mp4AacDurationMs(withoutTrex) ?? 0) - 1_000)).toBeLessThan(150);
   });
 
-  it('counts an AAC track under any handler a decoder plays it under (meta, text), and leaves other codecs uncounted', async () => {
-    // The half hour's track relabelled: ffmpeg goes by its mp4a sample entry and still plays it.
-    const relabelled = withHandler(
-      await twoTrackM4a(makeWav({ durationMs: 100 }), makeWav({ durationMs: 10_000, channels: 2 })),
-      1,
-      'meta',
-    );
-    expect(Math.abs((await decodedMp4Ms(relabelled)) - 10_000)).toBeLessThan(150);
-    expect(Math.abs((mp4AacDurationMs(relabelled) ?? 0) - 10_000)).toBeLessThan(150);
-    expect((await musicMetadataProbe.probe(relabelled)).counted).toBe(true);
+  it.each(['meta', 'text'])(
+    'counts an AAC track under a %s handler, as a decoder plays it',
+    async (handler) => {
+      // The long track relabelled: ffmpeg goes by its mp4a sample entry and still plays it.
+      const relabelled = withHandler(
+        await twoTrackM4a(makeWav({ durationMs: 100 }), makeWav({ durationMs: 10_000, channels: 2 })),
+        1,
+        handler,
+      );
+      expect(Math.abs((await decodedMp4Ms(relabelled)) - 10_000)).toBeLessThan(150);
+      expect(Math.abs((mp4AacDurationMs(relabelled) ?? 0) - 10_000)).toBeLessThan(150);
+      expect((await musicMetadataProbe.probe(relabelled)).counted).toBe(true);
+    },
+  );
+
+  it('takes AAC beside a track of another codec as MP4, uncounted', async () => {
     // An AAC track beside one of another codec (MP3): still MP4 audio, taken — but uncounted, since a decoder may
     // play the other, so the header's length and the provider's decode decide.
     const mixed = await twoTrackM4a(makeWav({ durationMs: 2_000 }), makeWav({ durationMs: 3_000 }), 'mp3');

@@ -16,7 +16,7 @@ afterAll(() => dynamo.destroy());
 const prefix = () => `prov${randomBytes(4).toString('hex')}`;
 
 describe('provision over existing tables', () => {
-  it('takes tables of its own shape as they are: a second run changes nothing', async () => {
+  it('takes tables of its own shape as they are: a second run over them is accepted', async () => {
     const p = prefix();
     const first = await provision(emulators, p);
     expect(await provision(emulators, p)).toEqual(first);

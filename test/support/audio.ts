@@ -83,18 +83,25 @@ const VARIANT_ARGS: Readonly<Record<AudioVariant, readonly string[]>> = {
  * MP4 `moov`, the MP3 Xing frame count, WebM's duration), so the file looks like a real recording.
  */
 export async function encodeAudio(wav: Buffer, format: InputAudioFormat | AudioVariant): Promise<Buffer> {
-  const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
-  // Every encode names its muxer (-f): the extension is only a name.
-  const output = join(dir, `audio.${format}`);
   const encoding =
     format in VARIANT_ARGS ? VARIANT_ARGS[format as AudioVariant] : ENCODE_ARGS[format as InputAudioFormat];
-  try {
+  return inTempDir(async (dir) => {
+    // Every encode names its muxer (-f): the extension is only a name.
+    const output = join(dir, `audio.${format}`);
     const args = ['-hide_banner', '-v', 'error', '-f', 'wav', '-i', 'pipe:0', ...encoding, output];
     const run = await runFfmpeg(args, wav);
     if (run.code !== 0 || run.stderr.trim() !== '') {
       throw new Error(`ffmpeg could not encode ${format} (exit ${run.code}): ${run.stderr.trim()}`);
     }
-    return await readFile(output);
+    return readFile(output);
+  });
+}
+
+/** Runs `work` with a temporary directory of its own, removed afterwards whatever happened. */
+async function inTempDir<T>(work: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
+  try {
+    return await work(dir);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -131,8 +138,7 @@ export async function twoTrackM4a(
   /** The second track's codec: AAC, or MP3 (an `mp4a` entry that is not AAC) in an MP4. */
   secondCodec: 'aac' | 'mp3' = 'aac',
 ): Promise<Buffer> {
-  const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
-  try {
+  return inTempDir(async (dir) => {
     await writeFile(join(dir, 'first.wav'), first);
     await writeFile(join(dir, 'second.wav'), second);
     const output = join(dir, 'audio.m4a');
@@ -145,13 +151,11 @@ export async function twoTrackM4a(
     const run = await runFfmpeg(args, Buffer.alloc(0));
     if (run.code !== 0 || run.stderr.trim() !== '')
       throw new Error(`ffmpeg could not write two tracks (exit ${run.code}): ${run.stderr.trim()}`);
-    return await readFile(output);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+    return readFile(output);
+  });
 }
 
-/** The first top-level box of `type` at or after `from`: where it starts, and its size. */
+/** The first top-level box of `type`: where it starts, and its size. */
 const topBox = (bytes: Buffer, type: string): { at: number; size: number } => {
   for (let at = 0; at + 8 <= bytes.length; ) {
     const size = bytes.readUInt32BE(at);
@@ -215,8 +219,7 @@ export function withHandler(bytes: Buffer, n: number, handler: string): Buffer {
 /** What ffmpeg decodes of an MP4/M4A when it picks the track itself, in ms (a player's, or a provider's, view). */
 export async function decodedMp4Ms(bytes: Buffer): Promise<number> {
   // From a file: an MP4's index may follow its media, which a pipe cannot seek back to.
-  const dir = await mkdtemp(join(tmpdir(), 'sim-audio-'));
-  try {
+  return inTempDir(async (dir) => {
     await writeFile(join(dir, 'audio.m4a'), bytes);
     const args = ['-hide_banner', '-v', 'error', '-i', join(dir, 'audio.m4a')];
     const run = await runFfmpeg(
@@ -226,9 +229,7 @@ export async function decodedMp4Ms(bytes: Buffer): Promise<number> {
     if (run.code !== 0)
       throw new Error(`ffmpeg could not decode mp4 (exit ${run.code}): ${run.stderr.trim()}`);
     return (run.stdout.length / 2 / 16_000) * 1000;
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 /** Formats of the speech endpoint's output, which {@link decodeAudio} accepts. */

@@ -617,9 +617,10 @@ const NO_PREFILL_ERROR: UpstreamErrorBody = {
 
 /**
  * An Anthropic error that is this deployment's limit, not the request's fault — a prompt beyond its context window,
- * a request over its size limit (413), an image over its limits, a prefill its model refuses: another deployment (a larger window) may serve the
- * request, so it is `unsupported`. Returns what the client is told should none serve it: for a prompt too long,
- * OpenAI's `context_length_exceeded` in OpenAI's words (what an OpenAI-compatible deployment passes on). Only
+ * a request over its size limit (413), an image over its limits, a prefill its model refuses: another deployment (a
+ * larger window, another model) may serve the request, so it is `unsupported`. Returns what the client is told
+ * should none serve it: for a prompt too long, OpenAI's `context_length_exceeded` in OpenAI's words (what an
+ * OpenAI-compatible deployment passes on). Only
  * Anthropic's own words are matched, from the start of its message: a message that quotes the request further on
  * must not turn the request's fault into the deployment's.
  */

@@ -1,6 +1,7 @@
 import { UpstreamFailure } from '#core/fallback.ts';
 import type { Deployment } from '#core/registry.ts';
 import type { SecretResolver } from '../secrets.ts';
+import { isTransient } from '../transient-errors.ts';
 
 /**
  * How long a key stays cached after the upstream refused it, before its secret is read again: a rotated key takes
@@ -21,29 +22,19 @@ export const REREAD_UNAVAILABLE_KEY_MS = 30_000;
  */
 export const REREAD_FAILED_READ_MS = 1_000;
 
-/** Whether a failed read may succeed if made again now: the SDK's retryable errors and the service's own faults. */
-const transient = (error: unknown): boolean => {
-  const e = error as { $retryable?: unknown; $fault?: unknown; name?: unknown } | null;
-  return (
-    e !== null &&
-    typeof e === 'object' &&
-    (e.$retryable !== undefined ||
-      e.$fault === 'server' ||
-      /Throttl|TooManyRequests|Timeout|TimedOut|Networking|ECONN|EAI_AGAIN/.test(String(e.name)))
-  );
-};
-
 /**
  * A deployment's upstream keys, resolved from their secret references on first use and cached for the
- * life of the instance — until the upstream refuses one (`refused`): the operator may have rotated it.
- * Which key a call uses is core's decision (`keyIndex`, see core/fallback.ts).
+ * life of the instance — until the upstream refuses one (`refused`): the operator may have rotated it — and a read
+ * that failed for REREAD_FAILED_READ_MS or REREAD_UNAVAILABLE_KEY_MS. Which key a call uses is core's decision
+ * (`keyIndex`, see core/fallback.ts).
  */
 export class KeyRing {
   readonly #secrets: SecretResolver;
   readonly #now: () => number;
+  /** `rereadAt`: when a failed read may be made again (never, while it has not failed). */
   readonly #resolved = new Map<
     string,
-    { readonly value: Promise<string>; readonly at: number; rereadAfterMs: number | null }
+    { readonly value: Promise<string>; readonly at: number; rereadAt: number }
   >();
 
   constructor(secrets: SecretResolver, now: () => number = Date.now) {
@@ -69,17 +60,16 @@ export class KeyRing {
     if (ref === null) return null;
     let cached = this.#resolved.get(ref);
     // A failed read is kept a while, then read again: a secret added later is picked up.
-    const reread = cached?.rereadAfterMs;
-    if (cached && reread != null && this.#now() - cached.at >= reread) cached = undefined;
-    if (cached === undefined) {
+    if (cached === undefined || cached.rereadAt <= this.#now()) {
       const entry = {
         value: this.#secrets.resolve(ref),
         at: this.#now(),
-        rereadAfterMs: null as number | null,
+        rereadAt: Number.POSITIVE_INFINITY,
       };
       this.#resolved.set(ref, entry);
       entry.value.catch((error: unknown) => {
-        entry.rereadAfterMs = transient(error) ? REREAD_FAILED_READ_MS : REREAD_UNAVAILABLE_KEY_MS;
+        entry.rereadAt =
+          this.#now() + (isTransient(error) ? REREAD_FAILED_READ_MS : REREAD_UNAVAILABLE_KEY_MS);
       });
       cached = entry;
     }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { isTransient } from '../../../bin/admin/exit-status.ts';
+import { isTransient } from '#adapters/transient-errors.ts';
 
 const aws = (name: string, extra: Record<string, unknown> = {}) =>
   Object.assign(new Error(name), { name, ...extra });
